@@ -1,0 +1,144 @@
+"""The LLM policy: history -> K composite actions, parsed and grounded.
+
+Searches and evaluation talk to a policy through one method,
+``propose(history, k, *, greedy, generator) -> list[Candidate]``; tests use
+scripted policies with the same method.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+
+from agentq.agent.action import CompositeAction, parse_composite
+from agentq.agent.grounding import Grounder
+from agentq.agent.prompt import History, Messages, PromptBuilder
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One composite action proposed at a history.
+
+    ``text`` and ``action_ids`` are exactly what the policy generated (the
+    training target); ``command`` is what was sent to the environment after
+    grounding; ``logprob`` is log pi(text | prompt) under the generating policy
+    (Agent Q, Eq. 1), kept as the reference log-prob for DPO.
+    """
+
+    text: str
+    command: str
+    logprob: float = 0.0
+    action_ids: tuple[int, ...] = ()
+    prompt: Messages = field(default_factory=list)
+    parsed: CompositeAction | None = None
+    grounded: bool = False  # the command was replaced by the closest valid action
+
+
+class Policy(Protocol):
+    def propose(
+        self, history: History, k: int, *, greedy: bool = False, generator: torch.Generator | None = None
+    ) -> list[Candidate]: ...
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How composite actions are decoded.
+
+    Args:
+        max_new_tokens: generation budget of one composite action.
+        temperature, top_p: sampling for search (``greedy=True`` ignores them).
+        max_prompt_tokens: keep the newest tokens of longer prompts (left truncation).
+    """
+
+    max_new_tokens: int = 96
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_prompt_tokens: int = 2048
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise ValueError(f"agent.sampling.max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.temperature < 0:
+            raise ValueError(f"agent.sampling.temperature must be >= 0, got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"agent.sampling.top_p must be in (0, 1], got {self.top_p}")
+        if self.max_prompt_tokens < 16:
+            raise ValueError(f"agent.sampling.max_prompt_tokens must be >= 16, got {self.max_prompt_tokens}")
+
+
+class LLMPolicy:
+    """A causal LM behind the composite-action prompt.
+
+    Args:
+        model, tokenizer: loaded by a model config (``agentq.models``).
+        prompt: renders the history.
+        grounder: maps commands onto the env's valid actions.
+        sampling: decoding settings.
+    """
+
+    def __init__(self, model, tokenizer, *, prompt: PromptBuilder, grounder: Grounder, sampling: Sampling) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.prompt = prompt
+        self.grounder = grounder
+        self.sampling = sampling
+        self.eos_token_ids = eos_token_ids(tokenizer)
+        self.num_calls = 0  # model calls, for reporting search budgets
+
+    def encode(self, messages: Messages) -> list[int]:
+        return encode_chat(self.tokenizer, messages, self.sampling.max_prompt_tokens)
+
+    def propose(
+        self, history: History, k: int, *, greedy: bool = False, generator: torch.Generator | None = None
+    ) -> list[Candidate]:
+        from agentq.models.sampling import sample_k
+
+        messages = self.prompt(history)
+        samples = sample_k(
+            self.model,
+            self.encode(messages),
+            k,
+            tokenizer=self.tokenizer,
+            max_new_tokens=self.sampling.max_new_tokens,
+            temperature=0.0 if greedy else self.sampling.temperature,
+            top_p=self.sampling.top_p,
+            eos_token_ids=self.eos_token_ids,
+            generator=generator,
+        )
+        self.num_calls += 1
+        candidates = []
+        for sample in samples:
+            parsed = parse_composite(sample.text)
+            grounded = self.grounder(parsed.command, history.valid_actions)
+            candidates.append(
+                Candidate(
+                    text=sample.text,
+                    command=grounded.command,
+                    logprob=sample.logprob,
+                    action_ids=tuple(sample.token_ids),
+                    prompt=messages,
+                    parsed=parsed,
+                    grounded=grounded.changed,
+                )
+            )
+        return candidates
+
+
+def eos_token_ids(tokenizer) -> set[int]:
+    """The chat model's end-of-turn tokens (``<|im_end|>`` for SmolLM2) and EOS."""
+    ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+    for token in ("<|im_end|>", "<|eot_id|>", "<|end|>"):
+        token_id = tokenizer.convert_tokens_to_ids(token)
+        if isinstance(token_id, int) and token_id != tokenizer.unk_token_id and token_id >= 0:
+            ids.add(token_id)
+    return ids
+
+
+def encode_chat(tokenizer, messages: Messages, max_tokens: int) -> list[int]:
+    """Chat-template the messages with the assistant turn opened; keep the newest ``max_tokens``."""
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    if not isinstance(ids, list):  # transformers 5 may return a BatchEncoding
+        ids = ids["input_ids"]
+    return list(ids[-max_tokens:])

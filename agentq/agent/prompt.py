@@ -1,0 +1,80 @@
+"""The agent's prompt: history h_t = (a_1, ..., a_{t-1}, o_t) as chat messages.
+
+Agent Q conditions each step on the agent's own earlier composite actions and
+only the *current* observation (DESIGN §2). The message layout puts what grows
+along a search path first (system, earlier actions) and the observation last,
+so a child's prompt shares its parent's prefix up to the newest action.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+Messages = list[dict[str, str]]
+
+FORMAT_INSTRUCTIONS = """\
+You are an agent acting in a text environment. At every step answer in this format:
+{plan_line}THOUGHT: your reasoning about the current observation
+COMMAND: exactly one command for the environment
+EXPLANATION: what the command does and why
+STATUS: CONTINUE (or SUCCESS / FAILURE when the task is over)"""
+
+PLAN_LINE = "PLAN: (first step only) numbered steps to reach the goal\n"
+
+
+@dataclass(frozen=True)
+class History:
+    """What the policy sees at step t: earlier composite actions and the current observation."""
+
+    observation: str
+    previous: tuple[str, ...] = ()  # composite actions a_1..a_{t-1}, as generated
+    valid_actions: tuple[str, ...] | None = None
+
+    def extend(self, action: str, observation: str, valid_actions: Sequence[str] | None) -> History:
+        return History(
+            observation=observation,
+            previous=(*self.previous, action),
+            valid_actions=None if valid_actions is None else tuple(valid_actions),
+        )
+
+
+@dataclass(frozen=True)
+class PromptBuilder:
+    """Renders a :class:`History` as chat messages.
+
+    Args:
+        env_instructions: the environment's command reference (from ``env.prompt``).
+        show_valid_actions: list the environment's valid actions under the observation.
+        max_valid_actions: at most this many are listed (prompt length is compute on CPU).
+        max_previous: keep only the newest earlier actions (None: all, as in the paper).
+    """
+
+    env_instructions: str = ""
+    show_valid_actions: bool = True
+    max_valid_actions: int = 40
+    max_previous: int | None = None
+
+    def system(self, first_step: bool) -> str:
+        text = FORMAT_INSTRUCTIONS.format(plan_line=PLAN_LINE if first_step else "")
+        if self.env_instructions:
+            text = f"{text}\n\n{self.env_instructions.strip()}"
+        return text
+
+    def __call__(self, history: History) -> Messages:
+        previous = history.previous
+        if self.max_previous is not None:
+            previous = previous[max(0, len(previous) - self.max_previous) :] if self.max_previous else ()
+        first = len(history.previous) - len(previous) + 1
+        parts = []
+        if previous:
+            lines = [f"Step {first + i}:\n{a.strip()}" for i, a in enumerate(previous)]
+            parts.append("Your previous actions:\n" + "\n\n".join(lines))
+        parts.append(f"Current observation:\n{history.observation.strip()}")
+        if self.show_valid_actions and history.valid_actions:
+            shown = history.valid_actions[: self.max_valid_actions]
+            parts.append("Valid commands:\n" + "\n".join(shown))
+        return [
+            {"role": "system", "content": self.system(first_step=not history.previous)},
+            {"role": "user", "content": "\n\n".join(parts)},
+        ]

@@ -1,0 +1,121 @@
+"""The AI critic of Agent Q: the LLM ranks the proposed commands at a node.
+
+Agent Q (§3 of DESIGN.md) asks the model for the best of the K proposed
+actions, removes it and asks again, which yields a full ranking; the rank is
+turned into a score Q̂(h, a) by a rank-to-score map (the paper does not publish
+one; ours is linear and configurable).
+
+The model answers with the number of a candidate. Instead of free generation we
+read its next-token distribution restricted to the candidate numbers (one
+forward per round), so the answer always parses and the choice is the model's
+own most likely one. This is our departure from the paper, for robustness with
+small models.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from agentq.agent.action import parse_composite
+from agentq.agent.policy import Candidate, encode_chat
+from agentq.agent.prompt import History
+
+CRITIC_SYSTEM = (
+    "You are an expert evaluator of an agent's next action. Given the task and "
+    "the current state, choose the candidate command that makes the most progress "
+    "towards completing the task."
+)
+
+
+@dataclass(frozen=True)
+class LinearRankScore:
+    """Rank r (0 = best) of m candidates -> top - (top - bottom) * r / (m - 1)."""
+
+    top: float = 1.0
+    bottom: float = 0.0
+
+    def __call__(self, rank: int, num: int) -> float:
+        if num <= 1:
+            return self.top
+        return self.top - (self.top - self.bottom) * rank / (num - 1)
+
+
+class LLMRankingCritic:
+    """Ranks candidates by repeatedly picking the best remaining one.
+
+    Args:
+        model, tokenizer: the LLM (the policy's model: no second copy in memory).
+        rank_score: maps (rank, number of candidates) to Q̂.
+        max_prompt_tokens: keep the newest tokens of longer prompts.
+        max_previous: earlier commands shown to the critic.
+    """
+
+    MAX_CANDIDATES = 9  # answers are the single-token numbers 1..9
+
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        *,
+        rank_score: LinearRankScore | None = None,
+        max_prompt_tokens: int = 2048,
+        max_previous: int = 10,
+    ) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.rank_score = rank_score or LinearRankScore()
+        self.max_prompt_tokens = max_prompt_tokens
+        self.max_previous = max_previous
+        self.label_ids = [self._single_token(str(i + 1)) for i in range(self.MAX_CANDIDATES)]
+
+    def _single_token(self, text: str) -> int:
+        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        if len(ids) != 1:
+            raise ValueError(f"critic: the answer label {text!r} is not one token for this tokenizer")
+        return ids[0]
+
+    def messages(self, history: History, commands: Sequence[str]) -> list[dict[str, str]]:
+        previous = [_command_of(a) for a in history.previous[-self.max_previous :]]
+        parts = [f"Current observation:\n{history.observation.strip()}"]
+        if previous:
+            parts.insert(0, "Commands so far:\n" + "\n".join(previous))
+        listing = "\n".join(f"{i + 1}. {c or '(no command)'}" for i, c in enumerate(commands))
+        parts.append(f"Candidate next commands:\n{listing}")
+        parts.append("Which candidate is the best next command? Answer with its number only.")
+        return [
+            {"role": "system", "content": CRITIC_SYSTEM},
+            {"role": "user", "content": "\n\n".join(parts)},
+        ]
+
+    @torch.no_grad()
+    def pick_best(self, history: History, commands: Sequence[str]) -> int:
+        """Index of the command the model ranks first."""
+        ids = encode_chat(self.tokenizer, self.messages(history, commands), self.max_prompt_tokens)
+        input_ids = torch.tensor([ids], device=self.model.device)
+        logits = self.model(input_ids=input_ids, logits_to_keep=1).logits[0, -1]  # (V,)
+        allowed = logits[self.label_ids[: len(commands)]]  # (m,)
+        return int(allowed.argmax())
+
+    def score(self, history: History, candidates: Sequence[Candidate]) -> list[float]:
+        if len(candidates) > self.MAX_CANDIDATES:
+            raise ValueError(
+                f"critic ranks at most {self.MAX_CANDIDATES} candidates, got {len(candidates)}: "
+                "lower search.num_actions"
+            )
+        remaining = list(range(len(candidates)))
+        ranking: list[int] = []
+        while len(remaining) > 1:
+            best = self.pick_best(history, [candidates[i].command for i in remaining])
+            ranking.append(remaining.pop(best))
+        ranking.extend(remaining)
+        scores = [0.0] * len(candidates)
+        for rank, index in enumerate(ranking):
+            scores[index] = self.rank_score(rank, len(candidates))
+        return scores
+
+
+def _command_of(action: str) -> str:
+    return parse_composite(action).command or "(no command)"

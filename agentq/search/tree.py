@@ -1,0 +1,176 @@
+"""Search trees and search results: the data every search shares.
+
+A node is a history h (the env state its action prefix reached); the edge into
+a node is the composite action a taken at its parent, so the edge statistics
+N(h, a), Q_mcts(h, a) and the critic score Q̂(h, a) live on the child.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentq.agent.prompt import History, Messages
+from agentq.data.trajectory import Trajectory
+
+
+@dataclass
+class Node:
+    id: int
+    parent: int | None
+    depth: int
+    history: History
+    # The edge from the parent (empty at the root).
+    action: str = ""
+    command: str = ""
+    logprob: float = 0.0
+    action_ids: tuple[int, ...] = ()
+    critic_score: float = 0.0  # Q̂(h, a), from the critic's rank
+    # Filled when the env first steps into the node.
+    expanded_env: bool = False
+    reward: float = 0.0
+    terminal: bool = False
+    success: bool = False
+    score: float = 0.0
+    # MCTS statistics (Agent Q, Eq. 8).
+    visits: int = 0  # N(h, a) for the edge into this node, N(h) for the node itself
+    q_mcts: float = 0.0
+    children: list[int] = field(default_factory=list)
+    prompt: Messages = field(default_factory=list)  # h rendered, set when the node is expanded
+    snapshot: Any = None  # env state, never serialised
+
+    def blended_q(self, alpha: float) -> float:
+        """Agent Q, Eq. 10: Q(h, a) = alpha * Q_mcts(h, a) + (1 - alpha) * Q̂(h, a)."""
+        return alpha * self.q_mcts + (1.0 - alpha) * self.critic_score
+
+
+@dataclass
+class Tree:
+    task_id: Any
+    alpha: float
+    nodes: list[Node] = field(default_factory=list)
+
+    @property
+    def root(self) -> Node:
+        return self.nodes[0]
+
+    def add(self, node: Node) -> Node:
+        node.id = len(self.nodes)
+        self.nodes.append(node)
+        if node.parent is not None:
+            self.nodes[node.parent].children.append(node.id)
+        return node
+
+    def children(self, node: Node) -> list[Node]:
+        return [self.nodes[i] for i in node.children]
+
+    def path(self, node: Node) -> list[Node]:
+        """Root-to-node path, root included."""
+        path = [node]
+        while path[-1].parent is not None:
+            path.append(self.nodes[path[-1].parent])
+        return path[::-1]
+
+    def to_dict(self) -> dict:
+        nodes = []
+        for n in self.nodes:
+            nodes.append(
+                {
+                    "id": n.id,
+                    "parent": n.parent,
+                    "depth": n.depth,
+                    "observation": n.history.observation,
+                    "previous": list(n.history.previous),
+                    "valid_actions": None if n.history.valid_actions is None else list(n.history.valid_actions),
+                    "action": n.action,
+                    "command": n.command,
+                    "logprob": n.logprob,
+                    "action_ids": list(n.action_ids),
+                    "critic_score": n.critic_score,
+                    "q_mcts": n.q_mcts,
+                    "q": n.blended_q(self.alpha),
+                    "visits": n.visits,
+                    "reward": n.reward,
+                    "terminal": n.terminal,
+                    "success": n.success,
+                    "score": n.score,
+                    "expanded_env": n.expanded_env,
+                    "children": list(n.children),
+                    "prompt": n.prompt,
+                }
+            )
+        return {"task_id": self.task_id, "alpha": self.alpha, "nodes": nodes}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Tree:
+        tree = cls(task_id=data["task_id"], alpha=data["alpha"])
+        for d in data["nodes"]:
+            valid = d.get("valid_actions")
+            history = History(
+                observation=d["observation"],
+                previous=tuple(d.get("previous", ())),
+                valid_actions=None if valid is None else tuple(valid),
+            )
+            tree.nodes.append(
+                Node(
+                    id=d["id"],
+                    parent=d["parent"],
+                    depth=d["depth"],
+                    history=history,
+                    action=d["action"],
+                    command=d["command"],
+                    logprob=d["logprob"],
+                    action_ids=tuple(d.get("action_ids", ())),
+                    critic_score=d["critic_score"],
+                    expanded_env=d.get("expanded_env", True),
+                    reward=d["reward"],
+                    terminal=d["terminal"],
+                    success=d["success"],
+                    score=d.get("score", 0.0),
+                    visits=d["visits"],
+                    q_mcts=d["q_mcts"],
+                    children=list(d["children"]),
+                    prompt=d.get("prompt", []),
+                )
+            )
+        return tree
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=1)
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """What a search returns: the tree, every rollout trajectory, the best one,
+    and counters for reporting budgets (model calls, env steps)."""
+
+    tree: Tree
+    trajectories: list[Trajectory]
+    best: Trajectory | None
+    stats: dict[str, float]
+
+    def to_dict(self) -> dict:
+        return {
+            "tree": self.tree.to_dict(),
+            "trajectories": [t.to_dict() for t in self.trajectories],
+            "best": None if self.best is None else self.best.to_dict(),
+            "stats": self.stats,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> SearchResult:
+        best = data.get("best")
+        return cls(
+            tree=Tree.from_dict(data["tree"]),
+            trajectories=[Trajectory.from_dict(t) for t in data["trajectories"]],
+            best=None if best is None else Trajectory.from_dict(best),
+            stats=data.get("stats", {}),
+        )
+
+
+def ucb_score(child: Node, parent_visits: int, alpha: float, c_exp: float) -> float:
+    """Agent Q, Eq. 7: Q(h, a) + c_exp * sqrt(log N(h) / (1 + N(h, a))), Q from Eq. 10."""
+    exploration = math.sqrt(math.log(max(parent_visits, 1)) / (1 + child.visits))
+    return child.blended_q(alpha) + c_exp * exploration

@@ -1,0 +1,198 @@
+"""Time K-candidate sampling for one search node, three ways, in one run.
+
+(a) ``agentq.models.sample_k``: one prefill, KV cache repeated K times, batched decode;
+(b) ``model.generate(num_return_sequences=K)``: prefills the prompt K times, batched decode;
+(c) K separate ``model.generate`` calls.
+
+Timed runs sample at ``--temperature`` and all methods produce exactly
+``--max-new-tokens`` tokens (end tokens are not allowed to stop any method), so
+each does the same work. The methods are interleaved within each repeat so a
+busy neighbour on a shared machine slows all of them alike; the median is
+reported. A separate greedy run checks that (a), (b) and (c) produce identical
+tokens.
+
+    python benchmarks/bench_sampling.py                  # embedded SmolLM2-135M
+    python benchmarks/bench_sampling.py --model tiny     # random tiny model, a smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import time
+
+import torch
+import transformers
+
+from agentq.models import EmbeddedSmolLM2, HFModel, TinyRandomModel, sample_k
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--model",
+        default="embedded",
+        help="'embedded' (SmolLM2-135M from the bundled GGUF), 'tiny', or a local HF model path",
+    )
+    parser.add_argument("--k", type=int, default=5)
+    parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--prompt-tokens", type=int, default=800, help="approximate prompt length")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch threads (default: torch's)"
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    return parser.parse_args()
+
+
+def load(name: str):
+    if name == "embedded":
+        return EmbeddedSmolLM2().load()
+    if name == "tiny":
+        return TinyRandomModel().load()
+    return HFModel(name).load()
+
+
+def node_prompt(tokenizer, target_tokens: int) -> list[int]:
+    """A WebShop-like agent prompt: instructions, the composite action format, a results page."""
+    system = (
+        "You are a web shopping agent. At each step reply with THOUGHT (your reasoning), "
+        "COMMAND (one of: search[query], click[element], back, next, prev, buy) and "
+        "EXPLANATION (what the command does and why). On the first step also give a numbered "
+        "PLAN. End with STATUS: CONTINUE, SUCCESS, FAILURE or ASK_USER."
+    )
+    colours = ["black", "navy", "white", "grey", "olive", "red", "beige", "teal"]
+    items = ["hiking boots", "rain jacket", "wool socks", "running shoes", "fleece vest"]
+    lines = [
+        "Instruction: i need waterproof men's hiking boots, size 10.5, under 90 dollars.",
+        "Page 1 of 12. Results:",
+    ]
+    messages = []
+    for i in range(1000):
+        colour, item = colours[i % len(colours)], items[i % len(items)]
+        lines.append(
+            f"[{i + 1}] B0{7 + i % 3}{i:07d} | {colour.title()} {item}, breathable, lightweight, "
+            f"non-slip sole | rating {3 + i % 3}.{i % 10} | ${19 + (i * 7) % 110}.99"
+        )
+        messages = [
+            {"role": "system", "content": system},
+            {"role": "user", "content": "\n".join(lines)},
+        ]
+        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_dict=False)
+        if len(ids) >= target_tokens:
+            return ids
+    return ids
+
+
+def main() -> None:
+    args = parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    started = time.perf_counter()
+    model, tokenizer = load(args.model)
+    load_seconds = time.perf_counter() - started
+    prompt = node_prompt(tokenizer, args.prompt_tokens)
+    eos = tokenizer.eos_token_id
+    k, n = args.k, args.max_new_tokens
+    ids = torch.tensor([prompt])  # (1, P)
+    mask = torch.ones_like(ids)
+
+    def generate(num_return_sequences: int, greedy: bool) -> torch.Tensor:
+        if greedy:
+            # transformers 5.23 refuses num_return_sequences > 1 without sampling; feed the
+            # prompt K times instead, which is what num_return_sequences does internally.
+            batch = ids.expand(num_return_sequences, -1)
+            out = model.generate(
+                batch,
+                attention_mask=torch.ones_like(batch),
+                max_new_tokens=n,
+                do_sample=False,
+                pad_token_id=tokenizer.pad_token_id,
+            )
+        else:
+            # min_new_tokens = max_new_tokens: the end token cannot stop a timed run early.
+            out = model.generate(
+                ids,
+                attention_mask=mask,
+                max_new_tokens=n,
+                min_new_tokens=n,
+                num_return_sequences=num_return_sequences,
+                do_sample=True,
+                temperature=args.temperature,
+                top_p=1.0,
+                top_k=0,
+                pad_token_id=tokenizer.pad_token_id,
+            )
+        return out[:, len(prompt) :]  # (R, N)
+
+    def ours(greedy: bool) -> list[tuple[int, ...]]:
+        samples = sample_k(
+            model,
+            prompt,
+            k,
+            tokenizer=tokenizer,
+            max_new_tokens=n,
+            temperature=0.0 if greedy else args.temperature,
+            eos_token_ids={eos} if greedy else (),  # no early stop in timed runs
+            generator=torch.Generator().manual_seed(args.seed),
+        )
+        return [s.token_ids for s in samples]
+
+    methods = {
+        "(a) sample_k: one prefill + batch_repeat_interleave": lambda: ours(greedy=False),
+        "(b) generate(num_return_sequences=K)": lambda: generate(k, greedy=False),
+        "(c) K x generate()": lambda: [generate(1, greedy=False) for _ in range(k)],
+    }
+
+    # Greedy check (also warms every code path up before timing).
+    greedy_a = ours(greedy=True)
+    greedy_b = [tuple(row) for row in generate(k, greedy=True).tolist()]
+    greedy_c = [tuple(row) for row in generate(1, greedy=True).tolist()]
+
+    def strip(seq: tuple[int, ...]) -> tuple[int, ...]:  # generate pads after the end token
+        return seq[: seq.index(eos) + 1] if eos in seq else seq
+
+    greedy_b, greedy_c = [strip(s) for s in greedy_b], [strip(s) for s in greedy_c]
+    identical = greedy_a == greedy_b and greedy_a[0] == greedy_c[0]
+
+    load_before = os.getloadavg()
+    times: dict[str, list[float]] = {name: [] for name in methods}
+    torch.manual_seed(args.seed)
+    for _ in range(args.repeats):
+        for name, run in methods.items():
+            t0 = time.perf_counter()
+            run()
+            times[name].append(time.perf_counter() - t0)
+    load_after = os.getloadavg()
+
+    baseline = statistics.median(next(iter(times.values())))
+    print(f"\n## K-candidate sampling for one node ({args.model})\n")
+    print(
+        f"- machine: {platform.processor() or platform.machine()}, os.cpu_count()={os.cpu_count()}, "
+        f"torch threads={torch.get_num_threads()}, torch {torch.__version__}, "
+        f"transformers {transformers.__version__}"
+    )
+    print(
+        f"- load average (1 min) before/after timing: {load_before[0]:.2f} / {load_after[0]:.2f} "
+        "(above the core count means other processes shared the CPU)"
+    )
+    print(f"- model load: {load_seconds:.2f} s")
+    print(
+        f"- prompt {len(prompt)} tokens, K={k}, {n} new tokens each, temperature "
+        f"{args.temperature}, {args.repeats} repeats (interleaved)"
+    )
+    print(f"- greedy tokens identical for (a), (b) and (c): {identical}\n")
+    print("| method | median s | min s | median / (a) |")
+    print("|---|---:|---:|---:|")
+    for name, seconds in times.items():
+        median = statistics.median(seconds)
+        print(f"| {name} | {median:.2f} | {min(seconds):.2f} | {median / baseline:.2f} |")
+    if not identical:
+        raise SystemExit("greedy outputs differ between (a), (b) and (c)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+"""The composite-action parser on well-formed and malformed model output: it never raises."""
+
+import pytest
+
+from agentq.agent.action import format_composite, parse_composite
+from agentq.agent.grounding import Grounder
+
+CASES = [
+    # (text, expected command or None)
+    ("THOUGHT: need logs\nCOMMAND: get 1 oak log\nEXPLANATION: base item\nSTATUS: CONTINUE", "get 1 oak log"),
+    ("PLAN:\n1. get log\n2. craft\nTHOUGHT: start\nCOMMAND: get 1 oak log\nEXPLANATION: x", "get 1 oak log"),
+    ("**THOUGHT:** hm\n**COMMAND:** craft 4 oak planks using 1 oak log", "craft 4 oak planks using 1 oak log"),
+    ("thought: lower case\ncommand: inventory", "inventory"),
+    ("COMMAND: `get 2 stick`", "get 2 stick"),
+    ('COMMAND: "get 2 stick"', "get 2 stick"),
+    ("```\nTHOUGHT: fenced\nCOMMAND: inventory\n```", "inventory"),
+    ("COMMAND:\n  get 1 iron ingot\nEXPLANATION: on the next line", "get 1 iron ingot"),
+    ("COMMAND: get 1 a\nCOMMAND: get 1 b", "get 1 a"),
+    ("ACTION: click[Buy Now]", "click[Buy Now]"),
+    ("### Command - search[red shoes]", "search[red shoes]"),
+    ("COMMAND get 3 sand", "get 3 sand"),
+    ("EXPLANATION: first\nSTATUS: CONTINUE\nCOMMAND: inventory", "inventory"),
+    ("get 1 oak log", "get 1 oak log"),  # bare answer, no headers
+    ("COMMAND:    get   1   oak    log   ", "get 1 oak log"),
+    ("THOUGHTS: plural\nCOMMAND: inventory", "inventory"),
+    ("- COMMAND: inventory", "inventory"),
+    ("> COMMAND: inventory", "inventory"),
+    ("COMMAND: " + "x" * 5000, "x" * 500),
+    ("COMMAND: get 1 caf\u00e9 \u2603", "get 1 caf\u00e9 \u2603"),
+    ("", None),
+    ("   \n\n  ", None),
+    ("THOUGHT: I am not sure what to do", None),
+    ("COMMAND:", None),
+    ("COMMAND: \nEXPLANATION: forgot it", None),
+    ("THOUGHT: a\nEXPLANATION: b\nSTATUS: FAILURE", None),
+    ("\x00\x01\x02", "\x00\x01\x02".strip() or None),
+]
+
+
+@pytest.mark.parametrize("text, command", CASES)
+def test_parser_never_raises(text, command):
+    action = parse_composite(text)
+    assert action.command == command
+    assert action.raw == text
+    if command is None:
+        assert "no COMMAND" in action.errors
+
+
+@pytest.mark.parametrize("value", [None, 42, b"COMMAND: x", ["COMMAND: x"]])
+def test_non_string_input(value):
+    assert parse_composite(value).raw is not None
+
+
+def test_fields_and_status():
+    text = format_composite("get 1 oak log", thought="t", explanation="e", plan="1. a\n2. b", status="SUCCESS")
+    action = parse_composite(text)
+    assert (action.plan, action.thought, action.command, action.explanation, action.status) == (
+        "1. a\n2. b", "t", "get 1 oak log", "e", "SUCCESS"
+    )
+    assert action.errors == ()
+
+
+def test_unknown_status_defaults_to_continue():
+    action = parse_composite("COMMAND: inventory\nSTATUS: maybe")
+    assert action.status == "CONTINUE" and any("STATUS" in e for e in action.errors)
+
+
+def test_duplicate_command_is_recorded():
+    assert "more than one COMMAND; kept the first" in parse_composite("COMMAND: a\nCOMMAND: b").errors
+
+
+VALID = ["inventory", "get 1 oak log", "craft 4 oak planks using 1 oak log", "get 1 iron ingot"]
+
+
+@pytest.mark.parametrize(
+    "command, grounded, changed",
+    [
+        ("get 1 oak log", "get 1 oak log", False),
+        ("GET 1 Oak Log", "get 1 oak log", True),
+        ("get oak log", "get 1 oak log", True),
+        ("craft oak planks using oak log", "craft 4 oak planks using 1 oak log", True),
+        ("check inventory", "inventory", True),
+        ("zzzz qqqq", "zzzz qqqq", False),  # nothing close: passed through
+    ],
+)
+def test_grounding(command, grounded, changed):
+    g = Grounder(min_score=60)(command, VALID)
+    assert (g.command, g.changed) == (grounded, changed)
+
+
+def test_grounding_without_valid_actions_or_disabled():
+    assert Grounder()("anything", None).command == "anything"
+    assert Grounder(enabled=False)("get oak log", VALID).command == "get oak log"
+    assert Grounder()(None, VALID).command in VALID + [""]
+    with pytest.raises(ValueError, match="min_score"):
+        Grounder(min_score=101)

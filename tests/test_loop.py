@@ -1,0 +1,142 @@
+"""End-to-end runs of the whole loop with the tiny random model (slow tier)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+from safetensors.torch import load_file
+
+from agentq.loop import run
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.slow
+
+
+def check_summary(summary: dict, iterations: int) -> None:
+    assert [it["iteration"] for it in summary["iterations"]] == list(range(iterations + 1))
+    for it in summary["iterations"]:
+        for mode in ("zero_shot", "search"):
+            ev = it["eval"][mode]
+            assert 0.0 <= ev["success_rate"] <= 1.0 and 0.0 <= ev["avg_reward"] <= 1.0
+            assert ev["num_tasks"] > 0
+        if it["iteration"] > 0:
+            assert it["num_pairs"] > 0
+            assert set(it["train"]) >= {"loss", "reward_accuracy"}
+    assert summary["wall_seconds"] > 0
+
+
+def test_smoke_loop_trains_the_adapter_only(make_cfg, tmp_path):
+    cfg = make_cfg("+experiment=smoke")
+    summary = run(cfg)
+    check_summary(summary, iterations=1)
+    run_dir = Path(cfg.paths.run_dir)
+    assert json.loads((run_dir / "summary.json").read_text()) == summary
+    assert (run_dir / "config.yaml").exists()
+    assert list((run_dir / "iter_001" / "collect").glob("task_*.json"))
+    # The saved adapter moved away from its initialisation (LoRA B starts at zero) ...
+    adapter = load_file(run_dir / "iter_001" / "adapter" / "adapter_model.safetensors")
+    lora_b = [v for k, v in adapter.items() if "lora_B" in k]
+    assert lora_b and any(v.abs().max() > 0 for v in lora_b)
+    # ... and it holds adapter weights only, not the base model.
+    assert all("lora_" in k for k in adapter)
+
+
+def test_training_changes_lora_and_not_base(tmp_path):
+    from peft import LoraConfig
+
+    from agentq.data.pairs import StepPair
+    from agentq.models.loading import TinyRandomModel
+    from agentq.objectives.dpo import DPOLoss
+    from agentq.training.fit import fit_preferences
+
+    model, tokenizer = TinyRandomModel().load()
+    base_before = {k: v.clone() for k, v in model.state_dict().items()}
+    prompt = [{"role": "user", "content": "Goal: craft a stick."}]
+    pairs = [
+        StepPair(0, 0, prompt, f"COMMAND: get {i} planks", f"COMMAND: jump {i}", [], [], -5.0, -6.0, 1.0, 0.0, 1, 1)
+        for i in range(4)
+    ]
+    peft_model, metrics = fit_preferences(
+        model,
+        tokenizer,
+        pairs,
+        objective=DPOLoss(beta=0.5),
+        optimizer=lambda params: torch.optim.AdamW(params, lr=1e-2),
+        lora=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"),
+        lightning={"accelerator": "cpu", "max_epochs": 3, "enable_progress_bar": False},
+        out_dir=tmp_path,
+        batch_size=2,
+    )
+    assert metrics["steps"] == 6 and metrics["reward_accuracy"] > 0.5
+    lora = {k: v for k, v in peft_model.named_parameters() if "lora_B" in k}
+    assert lora and all(v.abs().max() > 0 for v in lora.values())
+    base_after = peft_model.get_base_model().state_dict()
+    for key, before in base_before.items():
+        after_key = key if key in base_after else key.replace(".weight", ".base_layer.weight")
+        assert torch.equal(base_after[after_key], before), key
+    assert (tmp_path / "adapter" / "adapter_model.safetensors").exists()
+
+
+def _run_py(*args: str) -> list[str]:
+    return [sys.executable, str(ROOT / "run.py"), *args]
+
+
+def test_kill_and_resume_skips_finished_work(tmp_path):
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    overrides = ["+experiment=smoke", f"hydra.run.dir={run_dir}", "collect.num_tasks=3"]
+    proc = subprocess.Popen(_run_py(*overrides), cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    collected = run_dir / "iter_001" / "collect"
+    deadline = time.monotonic() + 300
+    try:
+        while not list(collected.glob("task_*.json")):
+            assert proc.poll() is None, "the run ended before it could be killed"
+            assert time.monotonic() < deadline, "no task was collected in time"
+            time.sleep(0.2)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    first = {p.name: p.read_bytes() for p in collected.glob("task_*.json")}
+    assert 1 <= len(first) < 3, "the run was not killed during collection"
+    mtimes = {p.name: p.stat().st_mtime_ns for p in collected.glob("task_*.json")}
+
+    done = subprocess.run(
+        _run_py("+experiment=smoke", f"resume={run_dir}", f"hydra.run.dir={tmp_path / 'resume_log'}"),
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    check_summary(summary, iterations=1)
+    files = {p.name: p for p in collected.glob("task_*.json")}
+    assert len(files) == 3
+    for name, content in first.items():  # finished tasks were not collected again
+        assert files[name].read_bytes() == content and files[name].stat().st_mtime_ns == mtimes[name]
+    # Nothing half-written is left behind.
+    assert not list(run_dir.rglob("*.tmp"))
+
+
+def test_multirun_sweep_writes_one_summary_per_job(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    done = subprocess.run(
+        _run_py(
+            "-m", "+experiment=smoke", "objective.beta=0.1,0.3", "search.num_actions=2,3",
+            f"hydra.sweep.dir={sweep_dir}", "eval.search=false", "eval.num_tasks=1",
+        ),
+        cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True, timeout=1800,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    summaries = sorted(sweep_dir.glob("*/summary.json"))
+    assert len(summaries) == 4
+    combos = set()
+    for path in summaries:
+        cfg = OmegaConf.load(path.parent / "config.yaml")
+        combos.add((cfg.objective.beta, cfg.search.num_actions))
+        assert len(json.loads(path.read_text())["iterations"]) == 2
+    assert combos == {(0.1, 2), (0.1, 3), (0.3, 2), (0.3, 3)}

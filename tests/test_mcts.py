@@ -1,0 +1,92 @@
+"""MCTS on the toy env, checked against values worked out by hand (see comments)."""
+
+import math
+
+import pytest
+
+from agentq.search.mcts import MCTS
+from agentq.search.tree import Tree, ucb_score
+from tests.toy import ScriptedCritic, ScriptedPolicy, SnapshotToyEnv, ToyEnv
+
+
+def by_path(tree: Tree) -> dict[str, object]:
+    out = {}
+    for node in tree.nodes:
+        key = "".join(n.command[0].upper() for n in tree.path(node)[1:]) or "root"
+        out[key] = node
+    return out
+
+
+def run(env, sims=4, c_exp=2.0):
+    search = MCTS(num_simulations=sims, num_actions=2, max_depth=2, c_exp=c_exp, alpha=0.5)
+    return search(env, ScriptedPolicy(), ScriptedCritic(), task_id=0)
+
+
+def test_hand_worked_tree():
+    # Sim 1: expand root (L: critic 0, R: critic 1); N(root)=0 so UCB = Q -> R (0.5 > 0);
+    #        roll out "left" from R -> success, R=1.
+    # Sim 2: R (Q 1.0) beats L (Q 0); expand R (RL critic 1, RR critic 0) -> RL, success.
+    # Sim 3: log 2 = .693; L: 2*sqrt(.693) = 1.665, R: 1 + 2*sqrt(.693/3) = 1.961 -> R;
+    #        RL: 1 + 2*sqrt(.693/2) = 2.177 > RR 1.665 -> RL (terminal, 1).
+    # Sim 4: log 3 = 1.099; L: 2*sqrt(1.099) = 2.096 > R: 1 + 2*sqrt(1.099/4) = 2.048 -> L;
+    #        expand L (LL critic 1, LR 0) -> LL, the episode ends at depth 2 unsolved: R=0.
+    result = run(SnapshotToyEnv())
+    n = by_path(result.tree)
+    assert set(n) == {"root", "L", "R", "LL", "LR", "RL", "RR"}
+    expected = {  # (N, Q_mcts, critic)
+        "root": (4, 0.75, 0.0),
+        "L": (1, 0.0, 0.0),
+        "R": (3, 1.0, 1.0),
+        "RL": (2, 1.0, 1.0),
+        "RR": (0, 0.0, 0.0),
+        "LL": (1, 0.0, 1.0),
+        "LR": (0, 0.0, 0.0),
+    }
+    for key, (visits, q, critic) in expected.items():
+        assert n[key].visits == visits, key
+        assert n[key].q_mcts == pytest.approx(q), key
+        assert n[key].critic_score == pytest.approx(critic), key
+    assert n["LL"].blended_q(0.5) == pytest.approx(0.5)
+    assert n["RL"].success and n["RL"].terminal and not n["LL"].success
+    # One trajectory per simulation; the best succeeds via right, left.
+    assert len(result.trajectories) == 4
+    assert [t.reward for t in result.trajectories] == [1.0, 1.0, 1.0, 0.0]
+    assert [s.command for s in result.best.steps] == ["right", "left"]
+    assert result.stats["simulations"] == 4
+
+
+def test_low_exploration_never_tries_left():
+    # With c_exp = 1 the value of R (1.0) keeps winning: at sim 4, L scores sqrt(log 3) = 1.048
+    # and R scores 1 + sqrt(log 3 / 4) = 1.524.
+    n = by_path(run(SnapshotToyEnv(), c_exp=1.0).tree)
+    assert n["L"].visits == 0 and n["R"].visits == 4
+
+
+def test_replay_matches_snapshot():
+    snap = run(SnapshotToyEnv()).tree.to_dict()
+    env = ToyEnv()
+    replay = run(env).tree.to_dict()
+    strip = lambda d: [(x["command"], x["visits"], x["q_mcts"], x["critic_score"]) for x in d["nodes"]]  # noqa: E731
+    assert strip(snap) == strip(replay)
+    assert env.resets > 1  # it really restored by reset + replay
+
+
+def test_tree_json_round_trip():
+    tree = run(SnapshotToyEnv()).tree
+    again = Tree.from_dict(tree.to_dict())
+    assert again.to_dict() == tree.to_dict()
+
+
+def test_ucb_formula():
+    tree = run(SnapshotToyEnv()).tree
+    r = by_path(tree)["R"]
+    assert ucb_score(r, 3, alpha=0.5, c_exp=2.0) == pytest.approx(1.0 + 2 * math.sqrt(math.log(3) / 4))
+
+
+@pytest.mark.parametrize(
+    "kwargs, key",
+    [({"num_actions": 0}, "search.num_actions"), ({"alpha": 1.5}, "search.alpha"), ({"num_simulations": 0}, "search.num_simulations")],
+)
+def test_invalid_values_name_the_key(kwargs, key):
+    with pytest.raises(ValueError, match=key):
+        MCTS(**kwargs)
