@@ -44,10 +44,9 @@ def _digest(env: TextCraftEnv, task_ids: list[int]) -> str:
 _DIGEST_SCRIPT = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
-from envs.textcraft import TextCraftEnv
+from envs.textcraft import TextCraftEnv, game
 from tests.test_textcraft_env import _digest
-env = TextCraftEnv()
-print(json.dumps([env.task_ids("test")[:3], _digest(env, [0, 7, 150, 418])]))
+print(json.dumps([game.goals(game.new_game()), _digest(TextCraftEnv(), [0, 7, 150, 418])]))
 """
 
 
@@ -95,6 +94,7 @@ def test_valid_actions_cover_listed_commands_and_gets(env: TextCraftEnv) -> None
     assert actions[1 : 1 + len(listed)] == listed
     gets = [a for a in actions if a.startswith("get ")]
     assert len(gets) == len(set(gets))
+    assert actions[1 + len(listed) : 1 + len(listed) + len(gets)] == gets
     # Base items at the count each listed recipe uses; craftable ones are absent.
     assert {"get 4 netherite scrap", "get 9 gold nugget", "get 4 stone", "get 3 stone"} <= set(gets)
     assert not any(a.endswith((" gold ingot", " stone bricks")) for a in gets)
@@ -139,7 +139,9 @@ def test_observation_is_deterministic_for_a_task_id(env: TextCraftEnv) -> None:
             check=True,
         )
         outputs.append(json.loads(run.stdout))
-    assert outputs[0] == outputs[1] == [[0, 1, 2], first]
+    goals = game.goals(game.new_game())
+    assert len(goals) == 419 and goals[5] == "minecraft:lodestone"
+    assert outputs[0] == outputs[1] == [goals, first]
 
 
 def test_reset_keeps_the_recipes_intact(env: TextCraftEnv) -> None:

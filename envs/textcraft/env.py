@@ -121,7 +121,7 @@ class TextCraftEnv(gym.Env[str, str]):
         if max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {max_steps}")
         self._game = game.new_game()
-        self._num_tasks = game.num_tasks(self._game)
+        self._num_tasks = len(game.goals(self._game))
         if not 0 <= split_test_size <= self._num_tasks:
             raise ValueError(
                 f"split_test_size must be in [0, {self._num_tasks}], got {split_test_size}"

