@@ -11,8 +11,8 @@ busy neighbour on a shared machine slows all of them alike; the median is
 reported. A separate greedy run checks that (a), (b) and (c) produce identical
 tokens.
 
-    python benchmarks/bench_sampling.py                  # embedded SmolLM2-135M
-    python benchmarks/bench_sampling.py --model tiny     # random tiny model, a smoke test
+    python -m benchmarks.bench_sampling                 # embedded SmolLM2-135M (from the repo root)
+    python -m benchmarks.bench_sampling --model tiny    # random tiny model, a smoke test
 """
 
 from __future__ import annotations

@@ -8,8 +8,9 @@ so a child's prompt shares its parent's prefix up to the newest action.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 Messages = list[dict[str, str]]
 
@@ -48,12 +49,16 @@ class PromptBuilder:
         show_valid_actions: list the environment's valid actions under the observation.
         max_valid_actions: at most this many are listed (prompt length is compute on CPU).
         max_previous: keep only the newest earlier actions (None: all, as in the paper).
+        examples: demonstrations shown as earlier chat turns, each a mapping with
+            ``observation``, ``action`` and optionally ``valid_actions``; small models
+            follow the composite format far more often with one.
     """
 
     env_instructions: str = ""
     show_valid_actions: bool = True
     max_valid_actions: int = 40
     max_previous: int | None = None
+    examples: Sequence[Mapping[str, Any]] = ()
 
     def system(self, first_step: bool) -> str:
         text = FORMAT_INSTRUCTIONS.format(plan_line=PLAN_LINE if first_step else "")
@@ -62,6 +67,16 @@ class PromptBuilder:
         return text
 
     def __call__(self, history: History) -> Messages:
+        messages = [{"role": "system", "content": self.system(first_step=not history.previous)}]
+        for example in self.examples:
+            valid = example.get("valid_actions")
+            shown = History(example["observation"], valid_actions=None if valid is None else tuple(valid))
+            messages.append({"role": "user", "content": self.user_turn(shown)})
+            messages.append({"role": "assistant", "content": example["action"].strip()})
+        messages.append({"role": "user", "content": self.user_turn(history)})
+        return messages
+
+    def user_turn(self, history: History) -> str:
         previous = history.previous
         if self.max_previous is not None:
             previous = previous[max(0, len(previous) - self.max_previous) :] if self.max_previous else ()
@@ -74,7 +89,4 @@ class PromptBuilder:
         if self.show_valid_actions and history.valid_actions:
             shown = history.valid_actions[: self.max_valid_actions]
             parts.append("Valid commands:\n" + "\n".join(shown))
-        return [
-            {"role": "system", "content": self.system(first_step=not history.previous)},
-            {"role": "user", "content": "\n\n".join(parts)},
-        ]
+        return "\n\n".join(parts)

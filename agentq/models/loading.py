@@ -201,7 +201,9 @@ class TinyRandomModel:
     It has SmolLM2's vocabulary, special tokens and chat template, so every
     code path (prompting, parsing, EOS handling) is the real one; only the
     weights are random. Building it takes well under a second once the
-    tokenizer folder is cached.
+    tokenizer folder is cached. Unlike SmolLM2 its output embedding is not tied
+    to the input one: with tied random weights the residual stream makes greedy
+    decoding repeat the last prompt token forever, which tests nothing.
     """
 
     hidden_size: int = 64

@@ -1,0 +1,33 @@
+"""The history h_t = (a_1..a_{t-1}, o_t) as chat messages."""
+
+from agentq.agent.prompt import History, PromptBuilder
+
+
+def test_history_keeps_actions_and_only_the_current_observation():
+    h = History("obs 0", valid_actions=("a", "b")).extend("COMMAND: a", "obs 1", ["b"]).extend("COMMAND: b", "obs 2", None)
+    assert h.previous == ("COMMAND: a", "COMMAND: b") and h.observation == "obs 2" and h.valid_actions is None
+    user = PromptBuilder()(h)[-1]["content"]
+    assert "obs 2" in user and "obs 0" not in user and "obs 1" not in user
+    assert user.index("Step 1:\nCOMMAND: a") < user.index("Step 2:\nCOMMAND: b") < user.index("obs 2")
+
+
+def test_plan_is_asked_for_on_the_first_step_only():
+    builder = PromptBuilder(env_instructions="ENV DOC")
+    first = builder(History("o"))[0]["content"]
+    later = builder(History("o", previous=("x",)))[0]["content"]
+    assert "PLAN:" in first and "PLAN:" not in later and "ENV DOC" in first and "ENV DOC" in later
+
+
+def test_valid_actions_listed_and_capped():
+    builder = PromptBuilder(max_valid_actions=2)
+    user = builder(History("o", valid_actions=("v1", "v2", "v3")))[-1]["content"]
+    assert "v1\nv2" in user and "v3" not in user
+    assert "Valid commands" not in PromptBuilder(show_valid_actions=False)(History("o", valid_actions=("v1",)))[-1]["content"]
+
+
+def test_examples_become_earlier_turns_and_max_previous_keeps_numbering():
+    builder = PromptBuilder(examples=[{"observation": "ex obs", "action": "COMMAND: ex\n"}], max_previous=1)
+    messages = builder(History("now", previous=("COMMAND: one", "COMMAND: two")))
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
+    assert messages[2]["content"] == "COMMAND: ex" and "ex obs" in messages[1]["content"]
+    assert "Step 2:\nCOMMAND: two" in messages[3]["content"] and "COMMAND: one" not in messages[3]["content"]
