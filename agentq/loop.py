@@ -16,6 +16,7 @@ evaluated tasks are skipped. ``summary.json`` is rebuilt from those files.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import logging
 import os
@@ -107,6 +108,7 @@ def run(cfg: DictConfig) -> dict:
     loggers = make_loggers(cfg, run_dir)
     started = time.monotonic()
     previous_wall = _previous_wall(run_dir)
+    status = "failed"
     try:
         model, tokenizer = parts.model.load()
         env = parts.env
@@ -117,12 +119,13 @@ def run(cfg: DictConfig) -> dict:
                 model = _improve(cfg, parts, model, tokenizer, buffer, iteration, train_ids, loggers)
             _evaluate(cfg, parts, model, tokenizer, buffer, iteration, test_ids, loggers)
             summary = write_summary(cfg, buffer, run_dir, previous_wall + time.monotonic() - started)
+        status = "success"
         return summary
     finally:
         parts.env.close()
         for logger in loggers:
-            logger.finalize("success")
-        _finish_wandb()
+            logger.finalize(status)
+        _finish_wandb(exit_code=0 if status == "success" else 1)
 
 
 def _improve(cfg, parts: Components, model, tokenizer, buffer: ReplayBuffer, iteration, train_ids, loggers):
@@ -169,6 +172,7 @@ def _improve(cfg, parts: Components, model, tokenizer, buffer: ReplayBuffer, ite
         max_prompt_tokens=t.max_prompt_tokens,
         use_logged_reference=t.use_logged_reference,
         checkpoint_every_n_steps=t.checkpoint_every_n_steps,
+        gradient_checkpointing=t.gradient_checkpointing,
         loggers=loggers,
         seed=cfg.seed + iteration,
     )
@@ -185,7 +189,10 @@ def _evaluate(cfg, parts: Components, model, tokenizer, buffer, iteration, test_
             parts.env, policy, max_steps=cfg.eval.max_steps, dense_reward=cfg.search.dense_reward
         )
     if cfg.eval.search:
-        modes["search"] = ev.with_search(parts.env, policy, parts.critic(model, tokenizer), parts.search)
+        search = parts.search
+        if cfg.eval.get("num_simulations"):  # an inference budget of its own
+            search = dataclasses.replace(search, num_simulations=cfg.eval.num_simulations)
+        modes["search"] = ev.with_search(parts.env, policy, parts.critic(model, tokenizer), search)
     for mode, episode in modes.items():
         with torch.no_grad():
             metrics = ev.evaluate(episode, test_ids, buffer=buffer, iteration=iteration, mode=mode, seed=cfg.seed)
@@ -246,7 +253,7 @@ def make_loggers(cfg: DictConfig, run_dir: Path) -> list:
     return loggers
 
 
-def _finish_wandb() -> None:
+def _finish_wandb(exit_code: int) -> None:
     """Hydra multirun runs jobs in one process and a new WandbLogger would silently
     reuse an open run (DESIGN §11): close it at the end of every job."""
     try:
@@ -254,4 +261,4 @@ def _finish_wandb() -> None:
     except ImportError:
         return
     if wandb.run is not None:
-        wandb.finish()
+        wandb.finish(exit_code=exit_code)

@@ -94,3 +94,10 @@ def test_grounding_without_valid_actions_or_disabled():
     assert Grounder()(None, VALID).command in VALID + [""]
     with pytest.raises(ValueError, match="min_score"):
         Grounder(min_score=101)
+
+
+def test_first_plan_step_stands_in_for_a_missing_command():
+    action = parse_composite("PLAN:\n2. craft 2 birch trapdoor using 6 birch planks\n3. craft 1 boat")
+    assert action.command == "craft 2 birch trapdoor using 6 birch planks"
+    assert "no COMMAND; took the first PLAN step" in action.errors
+    assert parse_composite("PLAN:\n1. get 1 a\nCOMMAND: get 2 b").command == "get 2 b"

@@ -140,3 +140,17 @@ def test_multirun_sweep_writes_one_summary_per_job(tmp_path):
         combos.add((cfg.objective.beta, cfg.search.num_actions))
         assert len(json.loads(path.read_text())["iterations"]) == 2
     assert combos == {(0.1, 2), (0.1, 3), (0.3, 2), (0.3, 3)}
+
+
+def test_wandb_offline_run_is_written_and_finished(make_cfg, monkeypatch):
+    import wandb
+
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    cfg = make_cfg("+experiment=smoke", "logger=default", "iterations=0", "eval.search=false", "eval.num_tasks=1")
+    run(cfg)
+    assert wandb.run is None  # finished, so the next multirun job starts a new run
+    runs = list((Path(cfg.paths.run_dir) / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1
+    assert list(runs[0].glob("run-*.wandb")), "no offline run file"
+    assert (Path(cfg.paths.run_dir) / "logs" / "metrics.csv").exists()

@@ -1,6 +1,9 @@
 """MCTS on the toy env, checked against values worked out by hand (see comments)."""
 
+import json
 import math
+import os
+from pathlib import Path
 
 import pytest
 
@@ -90,3 +93,42 @@ def test_ucb_formula():
 def test_invalid_values_name_the_key(kwargs, key):
     with pytest.raises(ValueError, match=key):
         MCTS(**kwargs)
+
+
+GOLDEN = Path(__file__).parent / "golden" / "toy_mcts_tree.json"
+
+
+def test_seeded_tree_matches_golden_file():
+    """The whole serialised tree of the hand-worked search, frozen: any change to
+    selection, expansion, backpropagation or the JSON format shows up here.
+    Regenerate with AGENTQ_REGEN_GOLDEN=1 after an intended change."""
+    tree = run(SnapshotToyEnv()).tree.to_dict()
+    if os.environ.get("AGENTQ_REGEN_GOLDEN"):
+        GOLDEN.parent.mkdir(exist_ok=True)
+        GOLDEN.write_text(json.dumps(tree, indent=1, sort_keys=True))
+    assert json.loads(GOLDEN.read_text()) == json.loads(json.dumps(tree))
+
+
+def test_llm_search_is_deterministic_for_a_seed():
+    import gymnasium as gym
+    import torch
+
+    from agentq.agent.grounding import Grounder
+    from agentq.agent.policy import LLMPolicy, Sampling
+    from agentq.agent.prompt import PromptBuilder
+    from agentq.critic.ranking import LLMRankingCritic
+    from agentq.models.loading import TinyRandomModel
+
+    model, tokenizer = TinyRandomModel().load()
+    policy = LLMPolicy(model, tokenizer, prompt=PromptBuilder(), grounder=Grounder(), sampling=Sampling(max_new_tokens=8))
+    critic = LLMRankingCritic(model, tokenizer)
+    env = gym.make("envs.textcraft:agentq/TextCraft-v0", disable_env_checker=True)
+    search = MCTS(num_simulations=3, num_actions=3, max_depth=3)
+    trees = [
+        search(env, policy, critic, task_id=150, generator=torch.Generator().manual_seed(3)).tree.to_dict()
+        for _ in range(2)
+    ]
+    assert trees[0] == trees[1]
+    assert len(trees[0]["nodes"]) > 3
+    other = search(env, policy, critic, task_id=150, generator=torch.Generator().manual_seed(4)).tree.to_dict()
+    assert [n["action"] for n in other["nodes"]] != [n["action"] for n in trees[0]["nodes"]]

@@ -35,6 +35,7 @@ _HEADER = re.compile(
 _ALIASES = {"THOUGHTS": "THOUGHT", "ACTION": "COMMAND"}
 _FENCE = re.compile(r"^```[a-zA-Z]*\s*$|^```\s*|\s*```$", re.MULTILINE)
 _QUOTES = "`'\"“”"
+_PLAN_STEP = re.compile(r"^\s*(?:\d+[.)]|[-*])\s*")
 MAX_COMMAND_CHARS = 500
 
 
@@ -77,6 +78,12 @@ def parse_composite(text: object) -> CompositeAction:
         sections[name] = value
 
     command = _clean_command(sections.get("COMMAND", ""))
+    if not command and sections.get("PLAN"):
+        # A small model often spends its whole budget on the plan; its first
+        # step is the action it meant to take next.
+        command = _clean_command(_PLAN_STEP.sub("", sections["PLAN"], count=1))
+        if command:
+            errors.append("no COMMAND; took the first PLAN step")
     if not command and not headers and body:
         # No field headers at all: a bare one-line answer is most likely the command.
         first_line = body.splitlines()[0]

@@ -40,6 +40,7 @@ def fit_preferences(
     max_prompt_tokens: int = 2048,
     use_logged_reference: bool = False,
     checkpoint_every_n_steps: int = 10,
+    gradient_checkpointing: bool = False,
     loggers: Sequence[Any] | bool = False,
     seed: int = 0,
 ) -> tuple[PeftModel, dict[str, float]]:
@@ -50,6 +51,10 @@ def fit_preferences(
         raise ValueError(f"trainer.batch_size must be >= 1, got {batch_size}")
     torch.manual_seed(seed)  # LoRA A init
     peft_model = get_peft_model(model, lora)
+    if gradient_checkpointing:  # activations of long prompts dominate memory: recompute them
+        peft_model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        peft_model.enable_input_require_grads()
+    peft_model.train()
     module = PreferenceModule(peft_model, objective, optimizer, use_logged_reference=use_logged_reference)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     loader = DataLoader(
@@ -73,6 +78,9 @@ def fit_preferences(
     trainer.fit(module, loader, ckpt_path=str(last) if last.exists() else None)
     save_adapter(peft_model, out_dir / "adapter")
     shutil.rmtree(checkpoints, ignore_errors=True)  # the adapter is the durable result
+    if gradient_checkpointing:
+        peft_model.gradient_checkpointing_disable()
+    peft_model.eval()
     return peft_model, module.last_epoch_metrics()
 
 
