@@ -101,3 +101,23 @@ def test_first_plan_step_stands_in_for_a_missing_command():
     assert action.command == "craft 2 birch trapdoor using 6 birch planks"
     assert "no COMMAND; took the first PLAN step" in action.errors
     assert parse_composite("PLAN:\n1. get 1 a\nCOMMAND: get 2 b").command == "get 2 b"
+
+
+@pytest.mark.parametrize(
+    "command, grounded",
+    [
+        ("search for red running shoes", "search[red running shoes]"),
+        ("search: red shoes", "search[red shoes]"),
+        ("Search[red   shoes]", "search[red shoes]"),
+        ("search red shoes", "search[red shoes]"),
+        ("click[Buy Now]", "click[Buy Now]"),
+        ("buy now", "click[Buy Now]"),
+    ],
+)
+def test_templates_are_filled_not_matched(command, grounded):
+    valid = ["search[...]", "click[Buy Now]", "click[Back to Search]"]
+    assert Grounder()(command, valid).command == grounded
+
+
+def test_template_only_page_passes_other_text_through():
+    assert Grounder()("look around", ["search[...]"]).command == "look around"

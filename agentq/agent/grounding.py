@@ -4,10 +4,15 @@ When an environment lists its valid actions, a command the policy wrote that is
 not exactly one of them is mapped to the closest one by fuzzy string similarity
 (rapidfuzz WRatio, 0-100). Below ``min_score`` the command is passed through
 unchanged and the environment answers with an observation saying what was wrong.
+
+A valid action of the form ``verb[...]`` is a template for free text (WebShop's
+``search[...]``): a command that starts with the verb fills it, so
+``search for red shoes`` becomes ``search[red shoes]``.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -19,6 +24,22 @@ class Grounded:
     command: str  # what is sent to the environment
     score: float  # similarity to the chosen valid action, 100 for an exact match
     changed: bool  # True when the command was replaced by a valid action
+
+
+TEMPLATE = "[...]"
+
+
+def _fill_template(command: str, verbs: Sequence[str]) -> str | None:
+    for verb in verbs:
+        match = re.match(
+            rf"^\s*{re.escape(verb)}\s*(?:\[(?P<bracketed>.*)\]|(?:for\b|:)?\s*(?P<free>.+))\s*$",
+            command,
+            re.IGNORECASE | re.DOTALL,
+        )
+        if match:
+            text = match.group("bracketed") if match.group("bracketed") is not None else match.group("free")
+            return f"{verb}[{' '.join(text.split())}]"
+    return None
 
 
 @dataclass(frozen=True)
@@ -40,6 +61,12 @@ class Grounder:
     def __call__(self, command: str | None, valid_actions: Sequence[str] | None) -> Grounded:
         command = command or ""
         if not self.enabled or not valid_actions:
+            return Grounded(command, 0.0, False)
+        filled = _fill_template(command, [a[: -len(TEMPLATE)] for a in valid_actions if a.endswith(TEMPLATE)])
+        if filled is not None:
+            return Grounded(filled, 100.0, filled != command)
+        valid_actions = [a for a in valid_actions if not a.endswith(TEMPLATE)]
+        if not valid_actions:
             return Grounded(command, 0.0, False)
         normalized = utils.default_process(command)
         for action in valid_actions:
