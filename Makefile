@@ -30,7 +30,7 @@ install: $(VENV)/.installed
 install-test: $(VENV)/.installed-test
 
 demo: install
-	$(BIN)/python run.py +experiment=textcraft_mcts_dpo
+	$(BIN)/python run.py +experiment=webshop_mcts_dpo
 
 test: install-test
 	$(BIN)/python -m pytest -q
@@ -42,6 +42,7 @@ lint: install-test
 	$(BIN)/ruff check .
 
 bench: install-test
+	$(BIN)/python benchmarks/bench_webshop_env.py
 	$(BIN)/python benchmarks/bench_sampling.py
 
 clean:
