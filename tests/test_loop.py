@@ -154,3 +154,21 @@ def test_wandb_offline_run_is_written_and_finished(make_cfg, monkeypatch):
     assert len(runs) == 1
     assert list(runs[0].glob("run-*.wandb")), "no offline run file"
     assert (Path(cfg.paths.run_dir) / "logs" / "metrics.csv").exists()
+
+
+def test_smoke_loop_on_webshop(make_cfg):
+    cfg = make_cfg("+experiment=smoke", "env=webshop", "agent.grounder.min_score=0")
+    summary = run(cfg)
+    check_summary(summary, iterations=1)
+    trees = list((Path(cfg.paths.run_dir) / "iter_001" / "collect").glob("task_*.json"))
+    assert trees
+    # With min_score 0, every command on a page with buttons is one of its buttons.
+    checked = 0
+    for tree in trees:
+        nodes = json.loads(tree.read_text())["tree"]["nodes"]
+        for node in nodes[1:]:
+            clicks = [a for a in nodes[node["parent"]]["valid_actions"] or [] if a.startswith("click[")]
+            if clicks:
+                assert node["command"] in clicks
+                checked += 1
+    assert checked > 0

@@ -31,3 +31,10 @@ def test_examples_become_earlier_turns_and_max_previous_keeps_numbering():
     assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
     assert messages[2]["content"] == "COMMAND: ex" and "ex obs" in messages[1]["content"]
     assert "Step 2:\nCOMMAND: two" in messages[3]["content"] and "COMMAND: one" not in messages[3]["content"]
+
+
+def test_templates_are_not_shown_to_the_model():
+    user = PromptBuilder()(History("o", valid_actions=("search[...]",)))[-1]["content"]
+    assert "search[...]" not in user and "Valid commands" not in user
+    user = PromptBuilder()(History("o", valid_actions=("search[...]", "click[x]")))[-1]["content"]
+    assert "click[x]" in user and "search[...]" not in user

@@ -86,7 +86,9 @@ class PromptBuilder:
             lines = [f"Step {first + i}:\n{a.strip()}" for i, a in enumerate(previous)]
             parts.append("Your previous actions:\n" + "\n\n".join(lines))
         parts.append(f"Current observation:\n{history.observation.strip()}")
-        if self.show_valid_actions and history.valid_actions:
-            shown = history.valid_actions[: self.max_valid_actions]
-            parts.append("Valid commands:\n" + "\n".join(shown))
+        # Templates such as "search[...]" are for the grounder: a small model
+        # shown one copies it literally instead of writing a query.
+        listed = [a for a in history.valid_actions or () if not a.endswith("[...]")]
+        if self.show_valid_actions and listed:
+            parts.append("Valid commands:\n" + "\n".join(listed[: self.max_valid_actions]))
         return "\n\n".join(parts)
