@@ -5,9 +5,12 @@ VENV ?= .venv
 # The CPU wheel of torch goes first, so nothing pulls the CUDA build; override
 # for GPUs, e.g. `make install TORCH_SPEC="torch==2.13.0 --index-url ..."`.
 TORCH_SPEC ?= torch==2.13.0
+# The OpenTable env drives this browser through Playwright (never a downloaded one);
+# another path also needs env.make.chromium=... in runs.
+CHROMIUM ?= /usr/bin/chromium
 BIN := $(VENV)/bin
 
-.PHONY: install install-test demo test test-fast lint bench clean
+.PHONY: install install-test browser demo test test-fast lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +28,16 @@ $(VENV)/.installed-test: $(VENV)/.installed
 	$(BIN)/pip install -e ".[test]"
 	touch $@
 
+# Debian's Chromium for the OpenTable env; installing it needs root. Without
+# root: `sudo apt-get install -y chromium`, or point CHROMIUM at another build.
+browser:
+	@if [ -x "$(CHROMIUM)" ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+	else \
+		echo "Chromium not found at $(CHROMIUM). Install it (sudo apt-get install -y chromium) or set CHROMIUM=/path/to/chromium." >&2; exit 1; \
+	fi
+
 install: $(VENV)/.installed
 
 install-test: $(VENV)/.installed-test
@@ -32,10 +45,10 @@ install-test: $(VENV)/.installed-test
 demo: install
 	$(BIN)/python run.py +experiment=webshop_mcts_dpo
 
-test: install-test
+test: install-test browser
 	$(BIN)/python -m pytest -q
 
-test-fast: install-test
+test-fast: install-test browser
 	$(BIN)/python -m pytest -q -m "not slow"
 
 lint: install-test
@@ -44,6 +57,8 @@ lint: install-test
 bench: install-test
 	$(BIN)/python benchmarks/bench_webshop_env.py
 	$(BIN)/python benchmarks/bench_sampling.py
+	$(BIN)/python benchmarks/bench_opentable_env.py
+	$(BIN)/python benchmarks/bench_sciworld_env.py
 
 clean:
 	rm -rf $(VENV) outputs multirun

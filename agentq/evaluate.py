@@ -77,6 +77,9 @@ def aggregate(records: Sequence[dict]) -> dict[str, float]:
         "num_tasks": n,
         "avg_steps": sum(len(t["steps"]) for t in trajectories) / n,
     }
+    # The papers' tables: success rate in %, WebShop's "score" = average reward x 100.
+    metrics["success_pct"] = 100 * metrics["success_rate"]
+    metrics["score"] = 100 * metrics["avg_reward"]
     for key in ("policy_calls", "critic_calls", "env_steps"):
         values = [r["stats"].get(key) for r in records if key in r["stats"]]
         if values:

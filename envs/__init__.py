@@ -1,5 +1,9 @@
 """Environments, one package each, registered with Gymnasium on import."""
 
+import operator
+from collections.abc import Sequence
+from typing import Any
+
 import gymnasium
 
 
@@ -9,3 +13,14 @@ def register(env_id: str, entry_point: str) -> None:
     own steps (part of their snapshots), so no TimeLimit wrapper is added."""
     if env_id not in gymnasium.registry:
         gymnasium.register(id=env_id, entry_point=entry_point, max_episode_steps=None)
+
+
+def choose_task(env: gymnasium.Env, options: dict[str, Any] | None, num_tasks: int, train: Sequence[int]) -> int:
+    """The task ``reset`` plays: ``options["task_id"]`` (an int in ``[0, num_tasks)``),
+    or else a train task drawn with the env's seeded ``np_random``."""
+    if options is not None and options.get("task_id") is not None:
+        task_id = operator.index(options["task_id"])
+        if not 0 <= task_id < num_tasks:
+            raise ValueError(f"task_id must be in [0, {num_tasks}), got {task_id}")
+        return task_id
+    return int(train[int(env.np_random.integers(len(train)))])

@@ -26,6 +26,7 @@ def check_summary(summary: dict, iterations: int) -> None:
             ev = it["eval"][mode]
             assert 0.0 <= ev["success_rate"] <= 1.0 and 0.0 <= ev["avg_reward"] <= 1.0
             assert ev["num_tasks"] > 0
+            assert ev["score"] == pytest.approx(100 * ev["avg_reward"])
         if it["iteration"] > 0:
             assert it["num_pairs"] > 0
             assert set(it["train"]) >= {"loss", "reward_accuracy"}

@@ -15,6 +15,8 @@ import torch
 from agentq.agent.action import CompositeAction, parse_composite
 from agentq.agent.grounding import Grounder
 from agentq.agent.prompt import History, Messages, PromptBuilder
+from agentq.models.constrained import CommandConstraint, TokenTable
+from agentq.models.prefix_cache import PrefixCache
 
 
 @dataclass(frozen=True)
@@ -50,12 +52,18 @@ class Sampling:
         max_new_tokens: generation budget of one composite action.
         temperature, top_p: sampling for search (``greedy=True`` ignores them).
         max_prompt_tokens: keep the newest tokens of longer prompts (left truncation).
+        constrain_command: decode the COMMAND field onto the env's valid actions
+            (:mod:`agentq.models.constrained`); the rest of the composite stays free.
+        reuse_prefix_cache: keep the last prompt's KV cache and prefill only what
+            the next prompt adds (:mod:`agentq.models.prefix_cache`).
     """
 
     max_new_tokens: int = 96
     temperature: float = 1.0
     top_p: float = 1.0
     max_prompt_tokens: int = 2048
+    constrain_command: bool = False
+    reuse_prefix_cache: bool = True
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
@@ -86,6 +94,9 @@ class LLMPolicy:
         self.sampling = sampling
         self.eos_token_ids = eos_token_ids(tokenizer)
         self.num_calls = 0  # model calls, for reporting search budgets
+        self._token_table: TokenTable | None = None
+        # Prompts share the system message, demonstrations and earlier actions.
+        self.prefix_cache = PrefixCache(enabled=sampling.reuse_prefix_cache)
 
     def encode(self, messages: Messages) -> list[int]:
         return encode_chat(self.tokenizer, messages, self.sampling.max_prompt_tokens)
@@ -106,6 +117,8 @@ class LLMPolicy:
             top_p=self.sampling.top_p,
             eos_token_ids=self.eos_token_ids,
             generator=generator,
+            constraint=self._constraint(history),
+            prefix_cache=self.prefix_cache,
         )
         self.num_calls += 1
         candidates = []
@@ -124,6 +137,19 @@ class LLMPolicy:
                 )
             )
         return candidates
+
+
+    def _constraint(self, history: History) -> CommandConstraint | None:
+        if not (self.sampling.constrain_command and history.valid_actions):
+            return None
+        if self._token_table is None:  # ~0.2 s for a 49k vocabulary, once
+            self._token_table = TokenTable(self.tokenizer)
+        return CommandConstraint(
+            self._token_table,
+            history.valid_actions,
+            eos_token_ids=self.eos_token_ids,
+            max_new_tokens=self.sampling.max_new_tokens,
+        )
 
 
 def eos_token_ids(tokenizer) -> set[int]:

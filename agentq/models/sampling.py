@@ -22,8 +22,12 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from agentq.models.constrained import CommandConstraint
+from agentq.models.prefix_cache import PrefixCache
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,8 @@ def sample_k(
     top_p: float = 1.0,
     eos_token_ids: Collection[int],
     generator: torch.Generator | None = None,
+    constraint: CommandConstraint | None = None,
+    prefix_cache: PrefixCache | None = None,
 ) -> list[Sample]:
     """Sample ``k`` completions of ``prompt_ids`` with one shared prefill.
 
@@ -84,6 +90,9 @@ def sample_k(
         top_p: nucleus mass (1.0 disables the cut); ignored when greedy.
         eos_token_ids: ids that end a completion.
         generator: torch RNG for sampling (on the model's device), for reproducible draws.
+        constraint: restricts the tokens each sample may draw (the COMMAND field
+            onto valid actions); log-probs stay those of the raw logits.
+        prefix_cache: reuses the previous prompt's KV cache for the shared prefix.
 
     Returns:
         ``k`` samples, in draw order.
@@ -100,14 +109,13 @@ def sample_k(
         raise ValueError("sample_k: prompt_ids is empty")
 
     device = model.get_input_embeddings().weight.device
-    prompt = torch.tensor([list(prompt_ids)], dtype=torch.long, device=device)  # (1, P)
     eos = torch.tensor(sorted(eos_token_ids), dtype=torch.long, device=device)  # (E,)
 
-    # One prefill; only the last position's logits are needed.
-    out = model(input_ids=prompt, use_cache=True, logits_to_keep=1)
-    cache = out.past_key_values
+    # One prefill (of the tokens not shared with the previous prompt); only
+    # the last position's logits are needed.
+    cache, last_logits = (prefix_cache or PrefixCache(enabled=False)).prefill(model, prompt_ids)
     cache.batch_repeat_interleave(k)
-    logits = out.logits[:, -1].float().expand(k, -1)  # (A, V), A = sequences still decoding
+    logits = last_logits.float().expand(k, -1)  # (A, V), A = sequences still decoding
 
     tokens = torch.zeros(k, max_new_tokens, dtype=torch.long)  # (K, N)
     lengths = torch.zeros(k, dtype=torch.long)  # (K,)
@@ -115,17 +123,23 @@ def sample_k(
     finished = torch.zeros(k, dtype=torch.bool)  # (K,)
     alive = torch.arange(k)  # (A,) row of the batch -> sample index
 
+    if constraint is not None:
+        constraint.begin(k)
     for step in range(max_new_tokens):
+        choice = logits if constraint is None else _constrain(logits, constraint, alive, step)  # (A, V)
         if temperature == 0:
-            next_ids = logits.argmax(dim=-1)  # (A,)
+            next_ids = choice.argmax(dim=-1)  # (A,)
         else:
-            probs = torch.softmax(logits / temperature, dim=-1)  # (A, V)
+            probs = torch.softmax(choice / temperature, dim=-1)  # (A, V)
             if top_p < 1:
                 probs = nucleus_filter(probs, top_p)
             next_ids = torch.multinomial(probs, 1, generator=generator).squeeze(1)  # (A,)
         # Behaviour log-prob under the raw distribution, whatever was used to draw.
         token_logp = torch.log_softmax(logits, dim=-1).gather(1, next_ids[:, None]).squeeze(1)
         stopped = torch.isin(next_ids, eos)  # (A,)
+        if constraint is not None:
+            for row, sample in enumerate(alive.tolist()):
+                constraint.update(sample, int(next_ids[row]))
 
         tokens[alive, step] = next_ids.cpu()
         lengths[alive] += 1
@@ -154,3 +168,14 @@ def sample_k(
             )
         )
     return samples
+
+
+def _constrain(logits: Tensor, constraint: CommandConstraint, alive: Tensor, step: int) -> Tensor:
+    """``logits`` (A, V) plus each live sample's mask; rows without a mask are unchanged."""
+    masks = [constraint.mask(sample, step) for sample in alive.tolist()]
+    if all(m is None for m in masks):
+        return logits
+    size = logits.shape[-1]
+    # Ids past the tokenizer's (padded embedding rows) are never valid.
+    masks = [torch.zeros(size) if m is None else F.pad(m, (0, size - m.numel()), value=float("-inf")) for m in masks]
+    return logits + torch.stack(masks).to(logits)

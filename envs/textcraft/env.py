@@ -8,7 +8,6 @@ self-contained observations, and snapshot / restore.
 
 from __future__ import annotations
 
-import operator
 import string
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 import gymnasium as gym
 from gymnasium import spaces
 
+from envs import choose_task
 from envs.textcraft import game
 
 # The longest of the 419 instructions is 3351 characters; the rest is room for
@@ -156,13 +156,7 @@ class TextCraftEnv(gym.Env[str, str]):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
-        if options is not None and options.get("task_id") is not None:
-            task_id = operator.index(options["task_id"])
-            if not 0 <= task_id < self._num_tasks:
-                raise ValueError(f"task_id must be in [0, {self._num_tasks}), got {task_id}")
-        else:
-            train = self.task_ids("train")
-            task_id = train[int(self.np_random.integers(len(train)))]
+        task_id = choose_task(self, options, self._num_tasks, self.task_ids("train"))
         self._task_id = task_id
         self._instruction = game.reset_game(self._game, task_id)
         self._valid_actions = game.valid_actions(

@@ -1,0 +1,177 @@
+"""Constrained decoding of the COMMAND field onto the environment's valid actions.
+
+A 135M model writes a sound-looking composite action but often a command that
+is not on the page: a product id copied from the demonstration, a search on
+the results page, a click on the search page. Grounding after the fact (DESIGN
+§2) maps such a command to *some* listed action, chosen by string similarity
+rather than by the model. Here the model itself chooses: while it writes
+PLAN and THOUGHT it is free; once it has written ``COMMAND:`` only tokens that
+continue one of the valid actions are allowed, so the command is the valid
+action the model finds most likely (greedy) or a draw from its distribution
+restricted to valid actions (sampling). The rest of the composite is free
+again. A template action ``verb[...]`` (WebShop's ``search[...]``) is forced
+up to its ``[``, then the argument is free text on one line up to ``]``.
+
+Only the proposal changes. Each sample's log-prob is still the model's raw
+log-likelihood of the tokens it emitted, so DPO trains on, and references,
+what the model itself assigns to the text.
+
+The state machine runs on token ids with a precomputed token-text table, so a
+decode step costs a few dictionary lookups per sequence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+TEMPLATE = "[...]"
+TRIGGER = "COMMAND:"
+_MAX_ARGUMENT_TOKENS = 12  # a search query longer than this (~10 words) is closed with "]"
+
+
+class TokenTable:
+    """Per-token decoded text of a tokenizer, computed once per policy."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.size = len(tokenizer)
+        self.text = [tokenizer.decode([i]) for i in range(self.size)]
+        # Inside a free ``[...]`` argument: one line, "]" only as the last character.
+        self.argument_ok = torch.tensor(
+            [_argument_token(t) for t in self.text], dtype=torch.bool
+        )  # (V,)
+        self.closes_argument = [t.endswith("]") for t in self.text]
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+
+def _argument_token(text: str) -> bool:
+    return "\n" not in text and (text.count("]") == 0 or (text.count("]") == 1 and text.endswith("]")))
+
+
+@dataclass
+class _Trie:
+    children: dict[int, _Trie] = field(default_factory=dict)
+    end: bool = False  # a whole valid action (with its newline) ends here
+    argument: bool = False  # a template's "[" ends here: free argument follows
+
+
+def _build_trie(table: TokenTable, actions: Sequence[str], prefix: str) -> _Trie:
+    root = _Trie()
+    for action in actions:
+        if action.endswith(TEMPLATE):
+            ids, leaf = table.encode(prefix + action[: -len(TEMPLATE)] + "["), "argument"
+        else:
+            ids, leaf = table.encode(prefix + action + "\n"), "end"
+        node = root
+        for token in ids:
+            node = node.children.setdefault(token, _Trie())
+        setattr(node, leaf, True)
+    return root
+
+
+@dataclass
+class _State:
+    phase: str = "free"  # free | action | argument | close | done
+    node: _Trie | None = None
+    tail: str = "\n"  # recent text, to spot the trigger at the start of a line
+    argument_tokens: int = 0
+    forced: list[int] = field(default_factory=list)
+
+
+class CommandConstraint:
+    """Keeps the COMMAND line of each sample on ``valid_actions``.
+
+    Args:
+        table: the tokenizer's token texts.
+        valid_actions: what the environment accepts; ``verb[...]`` entries are templates.
+        eos_token_ids: end tokens, banned until the command is written.
+        max_new_tokens: the generation budget. A sample that has not reached
+            ``COMMAND:`` when only enough budget for the longest action is
+            left gets ``\\nCOMMAND:`` forced, so every sample carries a command.
+    """
+
+    def __init__(
+        self,
+        table: TokenTable,
+        valid_actions: Sequence[str],
+        *,
+        eos_token_ids: Collection[int],
+        max_new_tokens: int,
+    ) -> None:
+        if not valid_actions:
+            raise ValueError("CommandConstraint needs at least one valid action")
+        self.table = table
+        self.with_space = _build_trie(table, valid_actions, " ")
+        self.without_space = _build_trie(table, valid_actions, "")
+        eos = sorted(eos_token_ids)
+        self.no_eos = torch.zeros(table.size)  # (V,) additive
+        self.no_eos[eos] = float("-inf")
+        self.argument = torch.where(table.argument_ok, self.no_eos, float("-inf"))  # (V,)
+        self.newline = table.encode("\n")
+        self.close = table.encode("]\n")
+        self.force_trigger = table.encode("\n" + TRIGGER)
+        reserve = _depth(self.with_space)
+        if any(a.endswith(TEMPLATE) for a in valid_actions):
+            reserve += _MAX_ARGUMENT_TOKENS + len(self.close)
+        self.force_at = max_new_tokens - len(self.force_trigger) - reserve
+        self.states: list[_State] = []
+
+    def begin(self, k: int) -> None:
+        self.states = [_State() for _ in range(k)]
+
+    def mask(self, sample: int, step: int) -> Tensor | None:
+        """Additive logits mask (V,) for ``sample`` at decode ``step``; None when free."""
+        state = self.states[sample]
+        if state.phase == "free" and 0 <= self.force_at <= step:
+            state.phase, state.forced = "forcing", list(self.force_trigger)
+        if state.forced:
+            return self._only([state.forced[0]])
+        if state.phase == "free":
+            return self.no_eos
+        if state.phase == "action":
+            return self._only(list(state.node.children))
+        if state.phase == "argument":
+            return self.argument
+        return None
+
+    def update(self, sample: int, token: int) -> None:
+        """Advance ``sample``'s state past the emitted ``token``."""
+        state = self.states[sample]
+        if state.forced:
+            state.forced.pop(0)
+            if not state.forced:  # "forcing" wrote the trigger; "close" ended the command
+                state.phase, state.node = ("action", self.with_space) if state.phase == "forcing" else ("done", None)
+        elif state.phase == "free":
+            # The parser reads a field only at the start of a line; so does the trigger.
+            state.tail = (state.tail + self.table.text[token])[-len(TRIGGER) - 2 :]
+            if state.tail.endswith("\n" + TRIGGER):
+                state.phase, state.node = "action", self.with_space
+            elif state.tail.endswith("\n" + TRIGGER + " "):
+                state.phase, state.node = "action", self.without_space
+        elif state.phase == "action":
+            state.node = state.node.children[token]
+            if state.node.children:
+                return  # a longer action shares this prefix
+            state.phase = "argument" if state.node.argument else "done"
+        elif state.phase == "argument":
+            state.argument_tokens += 1
+            if self.table.closes_argument[token]:
+                state.phase, state.forced = "close", list(self.newline)
+            elif state.argument_tokens >= _MAX_ARGUMENT_TOKENS:
+                state.phase, state.forced = "close", list(self.close)
+
+    def _only(self, allowed: list[int]) -> Tensor:
+        mask = torch.full((self.table.size,), float("-inf"))
+        mask[allowed] = 0.0
+        return mask
+
+
+def _depth(node: _Trie) -> int:
+    """Tokens on the longest path below ``node``."""
+    return 1 + max(_depth(c) for c in node.children.values()) if node.children else 0

@@ -1,0 +1,111 @@
+"""Constrained decoding of the COMMAND field (agentq.models.constrained).
+
+The tiny random model writes random tokens: it never writes ``COMMAND:`` on
+its own, so these tests exercise the budget forcing, the trie over listed
+actions, the free ``search[...]`` argument and its length cap.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from agentq.agent.action import parse_composite
+from agentq.agent.grounding import Grounder
+from agentq.models import TinyRandomModel, completion_logprobs, sample_k
+from agentq.models.constrained import CommandConstraint, TokenTable
+from agentq.models.sampling import Sample
+
+RESULTS_PAGE = ["click[Back to Search]", "click[Next >]", "click[B08H6TFG8S]", "click[B0L2UU1J61]"]
+SEARCH_PAGE = ["search[...]"]
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return TinyRandomModel().load()
+
+
+@pytest.fixture(scope="module")
+def table(tiny):
+    return TokenTable(tiny[1])
+
+
+@pytest.fixture(scope="module")
+def prompt(tiny) -> list[int]:
+    messages = [{"role": "user", "content": "Buy a mauve lipstick. What is your command?"}]
+    return tiny[1].apply_chat_template(messages, add_generation_prompt=True, return_dict=False)
+
+
+def draw(tiny, table, prompt, actions, *, k=6, temperature=1.0, max_new_tokens=48, seed=0) -> list[Sample]:
+    model, tokenizer = tiny
+    constraint = CommandConstraint(table, actions, eos_token_ids={2}, max_new_tokens=max_new_tokens)
+    return sample_k(
+        model, prompt, k, tokenizer=tokenizer, max_new_tokens=max_new_tokens, temperature=temperature,
+        eos_token_ids={2}, generator=torch.Generator().manual_seed(seed), constraint=constraint,
+    )
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_every_command_is_a_listed_action(tiny, table, prompt, temperature):
+    for sample in draw(tiny, table, prompt, RESULTS_PAGE, temperature=temperature):
+        assert parse_composite(sample.text).command in RESULTS_PAGE, sample.text
+
+
+def test_search_argument_is_one_line_and_closed(tiny, table, prompt):
+    grounder = Grounder()
+    for sample in draw(tiny, table, prompt, SEARCH_PAGE, k=8):
+        command = parse_composite(sample.text).command
+        assert command.startswith("search[") and command.endswith("]"), sample.text
+        assert "\n" not in command
+        # The template is filled with the same words (whitespace normalised).
+        words = command[len("search[") : -1].split()
+        assert grounder(command, SEARCH_PAGE).command == f"search[{' '.join(words)}]"
+
+
+def test_a_free_unconstrained_run_rarely_writes_a_listed_command(tiny, prompt):
+    """The control: without the constraint the random model lists nothing."""
+    model, tokenizer = tiny
+    samples = sample_k(model, prompt, 6, tokenizer=tokenizer, max_new_tokens=48, temperature=1.0,
+                       eos_token_ids={2}, generator=torch.Generator().manual_seed(0))
+    assert not any(parse_composite(s.text).command in RESULTS_PAGE for s in samples)
+
+
+def test_logprob_is_the_raw_models_likelihood_of_the_emitted_tokens(tiny, table, prompt):
+    model, _ = tiny
+    samples = draw(tiny, table, prompt, RESULTS_PAGE, k=3)
+    for sample in samples:
+        ids = torch.tensor([list(prompt) + list(sample.token_ids)])
+        completion = torch.zeros_like(ids, dtype=torch.bool)
+        completion[0, len(prompt):] = True
+        with torch.no_grad():
+            expected = completion_logprobs(model, ids, torch.ones_like(ids), completion)
+        assert sample.logprob == pytest.approx(float(expected[0]), abs=1e-3)
+
+
+def test_trigger_written_by_the_model_starts_the_action(table):
+    """A sample that writes ``COMMAND:`` itself is constrained from the next token on."""
+    constraint = CommandConstraint(table, RESULTS_PAGE, eos_token_ids={2}, max_new_tokens=200)
+    constraint.begin(1)
+    for token in table.encode("THOUGHT: open the first result.\nCOMMAND:"):
+        assert constraint.mask(0, 0) is not None  # free text, only end tokens banned
+        assert constraint.mask(0, 0)[2] == float("-inf")
+        constraint.update(0, token)
+    allowed = (constraint.mask(0, 0) == 0).nonzero().flatten().tolist()
+    assert sorted(allowed) == sorted(set(table.encode(" click")))  # every listed action starts " click"
+    for token in table.encode(" click[Next >]\n"):
+        constraint.update(0, token)
+    assert constraint.mask(0, 1) is None  # the command is written: free again, end allowed
+
+
+def test_trigger_inside_a_line_is_not_a_field(table):
+    """``THOUGHT: ... COMMAND: x`` on one line is no COMMAND field for the parser, nor here."""
+    constraint = CommandConstraint(table, RESULTS_PAGE, eos_token_ids={2}, max_new_tokens=200)
+    constraint.begin(1)
+    for token in table.encode("THOUGHT: I will write COMMAND:"):
+        constraint.update(0, token)
+    assert (constraint.mask(0, 0) == 0).sum() > 1000  # still free text
+
+
+def test_rejects_an_empty_action_list(table):
+    with pytest.raises(ValueError, match="at least one valid action"):
+        CommandConstraint(table, [], eos_token_ids={2}, max_new_tokens=48)
