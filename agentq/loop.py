@@ -173,6 +173,7 @@ def _improve(cfg, parts: Components, model, tokenizer, buffer: ReplayBuffer, ite
         use_logged_reference=t.use_logged_reference,
         checkpoint_every_n_steps=t.checkpoint_every_n_steps,
         gradient_checkpointing=t.gradient_checkpointing,
+        shared_prefix=t.shared_prefix,
         loggers=loggers,
         seed=cfg.seed + iteration,
     )

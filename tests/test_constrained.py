@@ -97,6 +97,25 @@ def test_trigger_written_by_the_model_starts_the_action(table):
     assert constraint.mask(0, 1) is None  # the command is written: free again, end allowed
 
 
+@pytest.mark.parametrize("header", ["**Command:**", "command -", "ACTION:", "  COMMAND :"])
+def test_any_header_the_parser_reads_starts_the_action(table, header):
+    """The parser takes the first COMMAND header in any spelling; the constraint must
+    catch the same one, or an unconstrained command would win."""
+    constraint = CommandConstraint(table, RESULTS_PAGE, eos_token_ids={2}, max_new_tokens=200)
+    constraint.begin(1)
+    text = f"THOUGHT: open the first result.\n{header}"
+    for token in table.encode(text):
+        constraint.update(0, token)
+    mask = constraint.mask(0, 0)
+    written = ""
+    while mask is not None and (mask == 0).sum() < 1000:
+        token = int((mask == 0).nonzero()[0])  # follow the first path to an action
+        written += table.text[token]
+        constraint.update(0, token)
+        mask = constraint.mask(0, 0)
+    assert parse_composite(text + written).command in RESULTS_PAGE
+
+
 def test_trigger_inside_a_line_is_not_a_field(table):
     """``THOUGHT: ... COMMAND: x`` on one line is no COMMAND field for the parser, nor here."""
     constraint = CommandConstraint(table, RESULTS_PAGE, eos_token_ids={2}, max_new_tokens=200)

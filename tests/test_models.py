@@ -18,6 +18,7 @@ from agentq.models import (
     TinyRandomModel,
     completion_logprobs,
     pad_pairs,
+    pair_logprobs,
     sample_k,
 )
 from agentq.models.loading import SMOLLM2_TOKENIZER_FOLDER, _write_atomically, smollm2_tokenizer
@@ -389,6 +390,30 @@ def test_completion_logprobs_with_lora_and_disabled_adapter():
     assert (lora - base).abs().min() > 1e-2
     with peft_model.disable_adapter(), torch.no_grad():
         assert torch.allclose(completion_logprobs(peft_model, *batch), base, atol=1e-5, rtol=0)
+
+
+# peft 0.21 reads `is_gradient_checkpointing`, which transformers 5.23 deprecates; not ours to fix.
+@pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")
+def test_pair_logprobs_with_a_shared_prefix_equal_the_padded_rows_and_their_gradients():
+    model, _ = TinyRandomModel().load()
+    peft_model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+    with torch.no_grad():
+        for name, param in peft_model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0.0, 0.5, generator=torch.Generator().manual_seed(len(name)))
+    prompts = PROMPTS[:2]
+    chosen, rejected = COMPLETIONS[:2], [COMPLETIONS[2], COMPLETIONS[0]]  # unequal lengths
+    lora = [p for n, p in peft_model.named_parameters() if p.requires_grad]
+
+    shared_c, shared_r = pair_logprobs(peft_model, prompts, chosen, rejected)
+    shared_grads = torch.autograd.grad((shared_c - 2 * shared_r).sum(), lora)
+
+    rows = completion_logprobs(peft_model, *pad_pairs(prompts * 2, chosen + rejected, pad_id=EOS))
+    row_grads = torch.autograd.grad((rows[:2] - 2 * rows[2:]).sum(), lora)
+
+    torch.testing.assert_close(torch.cat([shared_c, shared_r]), rows, atol=1e-4, rtol=0)
+    for a, b in zip(shared_grads, row_grads, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-3)
 
 
 # ---------------------------------------------------------------- the embedded model

@@ -138,7 +138,6 @@ class LLMPolicy:
             )
         return candidates
 
-
     def _constraint(self, history: History) -> CommandConstraint | None:
         if not (self.sampling.constrain_command and history.valid_actions):
             return None

@@ -22,6 +22,7 @@ decode step costs a few dictionary lookups per sequence.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
@@ -29,7 +30,10 @@ import torch
 from torch import Tensor
 
 TEMPLATE = "[...]"
-TRIGGER = "COMMAND:"
+TRIGGER = "COMMAND:"  # what is forced when a sample runs short of budget
+# A line that is, so far, exactly a COMMAND header as the parser reads one
+# (agentq.agent.action: markdown decoration, any case, the ACTION alias, ":" or "-").
+_HEADER_LINE = re.compile(r"^[ \t>*#_\-]*(?:COMMAND|ACTION)[*_ \t]*[:\-][*_ \t]*$", re.IGNORECASE)
 _MAX_ARGUMENT_TOKENS = 12  # a search query longer than this (~10 words) is closed with "]"
 
 
@@ -79,7 +83,7 @@ def _build_trie(table: TokenTable, actions: Sequence[str], prefix: str) -> _Trie
 class _State:
     phase: str = "free"  # free | action | argument | close | done
     node: _Trie | None = None
-    tail: str = "\n"  # recent text, to spot the trigger at the start of a line
+    line: str = ""  # the text of the current line, to spot a COMMAND header
     argument_tokens: int = 0
     forced: list[int] = field(default_factory=list)
 
@@ -148,12 +152,11 @@ class CommandConstraint:
             if not state.forced:  # "forcing" wrote the trigger; "close" ended the command
                 state.phase, state.node = ("action", self.with_space) if state.phase == "forcing" else ("done", None)
         elif state.phase == "free":
-            # The parser reads a field only at the start of a line; so does the trigger.
-            state.tail = (state.tail + self.table.text[token])[-len(TRIGGER) - 2 :]
-            if state.tail.endswith("\n" + TRIGGER):
-                state.phase, state.node = "action", self.with_space
-            elif state.tail.endswith("\n" + TRIGGER + " "):
-                state.phase, state.node = "action", self.without_space
+            # The first COMMAND header the parser would read starts the action.
+            state.line = (state.line + self.table.text[token]).rsplit("\n", 1)[-1]
+            if _HEADER_LINE.match(state.line):
+                trie = self.without_space if state.line[-1:].isspace() else self.with_space
+                state.phase, state.node = "action", trie
         elif state.phase == "action":
             state.node = state.node.children[token]
             if state.node.children:

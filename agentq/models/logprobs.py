@@ -112,3 +112,48 @@ def pad_pairs(
         attention_mask[b, :n] = 1
         completion_mask[b, p:n] = 1
     return input_ids, attention_mask, completion_mask
+
+
+def pair_logprobs(
+    model: nn.Module,
+    prompt_ids: Sequence[Sequence[int]],
+    chosen_ids: Sequence[Sequence[int]],
+    rejected_ids: Sequence[Sequence[int]],
+) -> tuple[Tensor, Tensor]:
+    """Summed log pi of chosen and rejected completions that share their prompt.
+
+    A step pair's two actions follow the same history, and the history (system
+    message, demonstrations, earlier actions, the observation: ~1,000-2,000
+    tokens) is far longer than an action (~50). So the prompt runs once, its
+    KV cache is repeated for the two completions, and only the completions run
+    again: about half the tokens of scoring ``[prompt, a_w]`` and
+    ``[prompt, a_l]`` as two rows. Gradients flow through the cached keys and
+    values into the prompt's computation, so the result, and its gradient, is
+    that of :func:`completion_logprobs` on the padded rows.
+
+    Returns:
+        (B,) chosen and (B,) rejected summed log-probs, float32, differentiable.
+    """
+    decoder, head = _decoder_and_head(model)
+    device = head.weight.device
+    chosen_out, rejected_out = [], []
+    for prompt, chosen, rejected in zip(prompt_ids, chosen_ids, rejected_ids, strict=True):
+        if not prompt or not chosen or not rejected:
+            raise ValueError("pair_logprobs: prompts and completions need at least one token")
+        out = decoder(input_ids=torch.tensor([list(prompt)], device=device), use_cache=True)
+        cache = out.past_key_values
+        cache.batch_repeat_interleave(2)
+        width = max(len(chosen), len(rejected))
+        # Right padding needs no mask: a causal model's real tokens never see later pads.
+        completions = torch.zeros(2, width, dtype=torch.long, device=device)  # (2, C)
+        completions[0, : len(chosen)] = torch.tensor(chosen)
+        completions[1, : len(rejected)] = torch.tensor(rejected)
+        hidden = decoder(input_ids=completions, past_key_values=cache, use_cache=True).last_hidden_state  # (2, C, H)
+        # Token 0 of a completion is predicted by the prompt's last position.
+        last_prompt = out.last_hidden_state[:, -1:].expand(2, -1, -1)  # (2, 1, H)
+        predicting = torch.cat([last_prompt, hidden[:, :-1]], dim=1)  # (2, C, H)
+        for row, (ids, sink) in enumerate(((chosen, chosen_out), (rejected, rejected_out))):
+            logits = head(predicting[row, : len(ids)]).float()  # (n, V)
+            targets = completions[row, : len(ids)]  # (n,)
+            sink.append(torch.log_softmax(logits, dim=-1).gather(1, targets[:, None]).sum())
+    return torch.stack(chosen_out), torch.stack(rejected_out)

@@ -25,6 +25,9 @@ class PreferenceBatch:
     completion_mask: torch.Tensor  # (2B, T) 1 on the completion tokens being scored
     reference_chosen: torch.Tensor  # (B,) logged log pi_ref(a_w | h)
     reference_rejected: torch.Tensor  # (B,)
+    prompt_ids: list[list[int]]  # unpadded, for scoring with a shared prompt prefix
+    chosen_ids: list[list[int]]
+    rejected_ids: list[list[int]]
 
     @property
     def num_pairs(self) -> int:
@@ -81,4 +84,7 @@ class PairCollator:
             completion_mask=completion_mask,
             reference_chosen=torch.tensor([x.chosen_logprob for x in items], dtype=torch.float32),
             reference_rejected=torch.tensor([x.rejected_logprob for x in items], dtype=torch.float32),
+            prompt_ids=[x.prompt_ids for x in items],
+            chosen_ids=[x.chosen_ids for x in items],
+            rejected_ids=[x.rejected_ids for x in items],
         )

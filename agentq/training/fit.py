@@ -41,6 +41,7 @@ def fit_preferences(
     use_logged_reference: bool = False,
     checkpoint_every_n_steps: int = 10,
     gradient_checkpointing: bool = False,
+    shared_prefix: bool = False,
     loggers: Sequence[Any] | bool = False,
     seed: int = 0,
 ) -> tuple[PeftModel, dict[str, float]]:
@@ -51,11 +52,18 @@ def fit_preferences(
         raise ValueError(f"trainer.batch_size must be >= 1, got {batch_size}")
     torch.manual_seed(seed)  # LoRA A init
     peft_model = get_peft_model(model, lora)
+    if gradient_checkpointing and shared_prefix:
+        raise ValueError(
+            "trainer.shared_prefix needs the prompt's KV cache, which gradient checkpointing "
+            "turns off: set trainer.gradient_checkpointing=false or trainer.shared_prefix=false"
+        )
     if gradient_checkpointing:  # activations of long prompts dominate memory: recompute them
         peft_model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         peft_model.enable_input_require_grads()
     peft_model.train()
-    module = PreferenceModule(peft_model, objective, optimizer, use_logged_reference=use_logged_reference)
+    module = PreferenceModule(
+        peft_model, objective, optimizer, use_logged_reference=use_logged_reference, shared_prefix=shared_prefix
+    )
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     loader = DataLoader(
         PairDataset(pairs, tokenizer, max_prompt_tokens),

@@ -17,7 +17,7 @@ import lightning as L
 import torch
 from torch import nn
 
-from agentq.models.logprobs import completion_logprobs
+from agentq.models.logprobs import completion_logprobs, pair_logprobs
 from agentq.objectives.dpo import PreferenceLogps
 from agentq.training.data import PreferenceBatch
 
@@ -30,34 +30,39 @@ class PreferenceModule(L.LightningModule):
         optimizer: Callable[..., torch.optim.Optimizer],
         *,
         use_logged_reference: bool = False,
+        shared_prefix: bool = False,
     ) -> None:
         super().__init__()
         self.model = model  # a peft model: only the adapter is trainable
         self.objective = objective
         self.optimizer_factory = optimizer
         self.use_logged_reference = use_logged_reference
+        self.shared_prefix = shared_prefix
         # Checkpoints hold the adapter only (see on_save_checkpoint).
         self.strict_loading = False
         self.history: list[tuple[int, float, float]] = []  # (epoch, loss, reward accuracy) per step
 
     def preference_logps(self, batch: PreferenceBatch) -> PreferenceLogps:
         b = batch.num_pairs
-        policy = completion_logprobs(
-            self.model, batch.input_ids, batch.attention_mask, batch.completion_mask
-        )  # (2B,)
+        policy = self.logps(batch)  # (2B,)
         if self.use_logged_reference:
             reference = torch.cat([batch.reference_chosen, batch.reference_rejected]).to(policy)
         else:
             with torch.no_grad(), self.model.disable_adapter():
-                reference = completion_logprobs(
-                    self.model, batch.input_ids, batch.attention_mask, batch.completion_mask
-                )
+                reference = self.logps(batch)
         return PreferenceLogps(
             policy_chosen=policy[:b],
             policy_rejected=policy[b:],
             reference_chosen=reference[:b],
             reference_rejected=reference[b:],
         )
+
+    def logps(self, batch: PreferenceBatch) -> torch.Tensor:
+        """(2B,) summed log-probs of the chosen then the rejected completions."""
+        if self.shared_prefix:  # the history once, both actions from its KV cache
+            chosen, rejected = pair_logprobs(self.model, batch.prompt_ids, batch.chosen_ids, batch.rejected_ids)
+            return torch.cat([chosen, rejected])
+        return completion_logprobs(self.model, batch.input_ids, batch.attention_mask, batch.completion_mask)
 
     def training_step(self, batch: PreferenceBatch, batch_idx: int) -> torch.Tensor:
         out = self.objective(self.preference_logps(batch))
