@@ -69,6 +69,12 @@ def test_duplicate_command_is_recorded():
     assert "more than one COMMAND; kept the first" in parse_composite("COMMAND: a\nCOMMAND: b").errors
 
 
+def test_an_empty_header_line_does_not_hide_the_command_below_it():
+    """SmolLM2 writes "COMMAND" alone on a line, then "COMMAND: search[...]"."""
+    action = parse_composite("THOUGHT: find jerky.\nCOMMAND\nCOMMAND: search[beef jerky]\nEXPLA")
+    assert action.command == "search[beef jerky]" and action.errors == ()
+
+
 VALID = ["inventory", "get 1 oak log", "craft 4 oak planks using 1 oak log", "get 1 iron ingot"]
 
 

@@ -14,7 +14,7 @@ trained on (Agent Q, Eq. 1: the joint likelihood of all parts).
 
 Small models write this format loosely: markdown bold, lower case, a missing
 colon, the command in backticks or a code fence, fields in another order, a
-second COMMAND. The parser accepts all of that, keeps the first COMMAND, and
+second COMMAND. The parser accepts all of that, keeps the first non-empty COMMAND, and
 records what it had to forgive in ``errors`` instead of raising.
 """
 
@@ -71,7 +71,7 @@ def parse_composite(text: object) -> CompositeAction:
         name = _ALIASES.get(name, name)
         end = headers[i + 1].start() if i + 1 < len(headers) else len(body)
         value = body[match.end() : end].strip()
-        if name in sections:
+        if sections.get(name):  # an earlier empty header ("COMMAND\n") does not count
             if name == "COMMAND":
                 errors.append("more than one COMMAND; kept the first")
             continue
