@@ -34,6 +34,8 @@ browser:
 	@if [ -x "$(CHROMIUM)" ]; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+	elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then \
+		sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
 	else \
 		echo "Chromium not found at $(CHROMIUM). Install it (sudo apt-get install -y chromium) or set CHROMIUM=/path/to/chromium." >&2; exit 1; \
 	fi
