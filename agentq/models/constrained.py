@@ -81,7 +81,7 @@ def _build_trie(table: TokenTable, actions: Sequence[str], prefix: str) -> _Trie
 
 @dataclass
 class _State:
-    phase: str = "free"  # free | action | argument | close | done
+    phase: str = "free"  # free | forcing | action | argument | close | done
     node: _Trie | None = None
     line: str = ""  # the text of the current line, to spot a COMMAND header
     argument_tokens: int = 0
