@@ -28,10 +28,14 @@ STATUSES = ("CONTINUE", "SUCCESS", "FAILURE", "ASK_USER")
 
 # A field header at the start of a line: optional markdown decoration ("**", "#",
 # "-"), the field name, optional decoration, then ":" or "-" or just a space.
+_LEAD, _TRAIL = r"[ \t>*#_\-]*", r"[*_ \t]*"
 _HEADER = re.compile(
-    r"^[ \t>*#_\-]*(?P<name>PLAN|THOUGHTS?|COMMAND|ACTION|EXPLANATION|STATUS)[*_ \t]*(?::|-|\s)[*_ \t]*",
+    rf"^{_LEAD}(?P<name>PLAN|THOUGHTS?|COMMAND|ACTION|EXPLANATION|STATUS){_TRAIL}(?::|-|\s){_TRAIL}",
     re.IGNORECASE | re.MULTILINE,
 )
+# A line that is, so far, exactly a COMMAND header followed by ":" or "-" (for
+# decoders that must know where the command starts: agentq.models.constrained).
+COMMAND_HEADER_LINE = re.compile(rf"^{_LEAD}(?:COMMAND|ACTION){_TRAIL}[:\-]{_TRAIL}$", re.IGNORECASE)
 _ALIASES = {"THOUGHTS": "THOUGHT", "ACTION": "COMMAND"}
 _FENCE = re.compile(r"^```[a-zA-Z]*\s*$|^```\s*|\s*```$", re.MULTILINE)
 _QUOTES = "`'\"“”"

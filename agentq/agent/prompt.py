@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agentq.agent.grounding import TEMPLATE
+
 Messages = list[dict[str, str]]
 
 FORMAT_INSTRUCTIONS = """\
@@ -88,7 +90,7 @@ class PromptBuilder:
         parts.append(f"Current observation:\n{history.observation.strip()}")
         # Templates such as "search[...]" are for the grounder: a small model
         # shown one copies it literally instead of writing a query.
-        listed = [a for a in history.valid_actions or () if not a.endswith("[...]")]
+        listed = [a for a in history.valid_actions or () if not a.endswith(TEMPLATE)]
         if self.show_valid_actions and listed:
             parts.append("Valid commands:\n" + "\n".join(listed[: self.max_valid_actions]))
         return "\n\n".join(parts)

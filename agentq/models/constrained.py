@@ -22,18 +22,16 @@ decode step costs a few dictionary lookups per sequence.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
-TEMPLATE = "[...]"
+from agentq.agent.action import COMMAND_HEADER_LINE
+from agentq.agent.grounding import TEMPLATE
+
 TRIGGER = "COMMAND:"  # what is forced when a sample runs short of budget
-# A line that is, so far, exactly a COMMAND header as the parser reads one
-# (agentq.agent.action: markdown decoration, any case, the ACTION alias, ":" or "-").
-_HEADER_LINE = re.compile(r"^[ \t>*#_\-]*(?:COMMAND|ACTION)[*_ \t]*[:\-][*_ \t]*$", re.IGNORECASE)
 _MAX_ARGUMENT_TOKENS = 12  # a search query longer than this (~10 words) is closed with "]"
 
 
@@ -154,7 +152,7 @@ class CommandConstraint:
         elif state.phase == "free":
             # The first COMMAND header the parser would read starts the action.
             state.line = (state.line + self.table.text[token]).rsplit("\n", 1)[-1]
-            if _HEADER_LINE.match(state.line):
+            if COMMAND_HEADER_LINE.match(state.line):
                 trie = self.without_space if state.line[-1:].isspace() else self.with_space
                 state.phase, state.node = "action", trie
         elif state.phase == "action":
