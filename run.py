@@ -1,14 +1,29 @@
 """Entry point: ``python run.py +experiment=textcraft_mcts_dpo [overrides]``."""
 
+import logging
+from pathlib import Path
+
 import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> None:
-    from agentq.loop import run
+    from agentq.loop import IncompatibleConfig, run
 
-    run(cfg)
+    try:
+        run(cfg)
+    except IncompatibleConfig as e:
+        # A sweep crosses every option of the swept groups: the combinations that
+        # cannot run are refused one by one (and say so in their job dir), the rest go on.
+        if HydraConfig.get().mode != RunMode.MULTIRUN:
+            raise
+        logging.getLogger("agentq").error("refused: %s", e)
+        run_dir = Path(cfg.paths.run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "refused.txt").write_text(f"{e}\n")
 
 
 if __name__ == "__main__":

@@ -6,23 +6,30 @@ environment's reward (as in Agent Q's inference-time MCTS), so this mode
 measures what the agent achieves when it may explore and backtrack in the
 environment; its budget (model calls, env steps) is reported beside it.
 
+"Recovery" (Agent-R, Table 3) starts each task from the first steps of an
+episode that failed: the prefix's commands are replayed, then the policy acts
+greedily until the episode ends or the step limit (prefix included). It
+measures how often the agent still succeeds after starting from its own mistakes.
+
 Each task's episode is written to disk as it finishes; a resumed run skips
 tasks already evaluated.
 """
 
 from __future__ import annotations
 
+import math
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
 import torch
 from rich.progress import track
 
+from agentq.agent import episode as ep
 from agentq.agent.episode import run_episode
 from agentq.data.buffer import ReplayBuffer, read_json, write_json
-from agentq.data.trajectory import Trajectory
+from agentq.data.trajectory import Step, Trajectory
 
 Episode = Callable[[Any, torch.Generator], tuple[Trajectory, dict[str, float]]]
 
@@ -43,6 +50,78 @@ def with_search(env: gym.Env, policy, critic, search) -> Episode:
         return best, dict(result.stats)
 
     return episode
+
+
+def recovery(
+    env: gym.Env,
+    policy,
+    prefixes: Mapping[Any, Sequence[Step]],
+    *,
+    max_steps: int,
+    dense_reward: bool = False,
+) -> Episode:
+    """Replay each task's failed prefix (``prefixes[task_id]``), then act greedily.
+
+    The policy's history after the replay lists the prefix's action texts as its
+    earlier actions, as if it had written them. ``max_steps`` counts the prefix;
+    the trajectory holds the replayed steps (with the observations of this run)
+    and the continuation, and the stats record ``prefix_steps``.
+    """
+
+    def episode(task_id: Any, generator: torch.Generator) -> tuple[Trajectory, dict[str, float]]:
+        if task_id not in prefixes:
+            raise KeyError(f"recovery: no failed prefix for task {task_id!r} (see failed_prefixes)")
+        before = getattr(policy, "num_calls", 0)
+        history = ep.start(env, task_id)
+        outcome = ep.Outcome(terminal=False, success=False, score=0.0)
+        steps: list[Step] = []
+        for s in prefixes[task_id]:
+            history, reward, outcome = ep.step(env, history, s.action, s.command)
+            steps.append(Step(s.prompt, s.action, s.command, history.observation, reward, s.logprob, list(s.action_ids)))
+            if outcome.terminal:  # a replay need not end where the recorded episode did
+                break
+        prefix_steps = len(steps)
+        if not outcome.terminal and prefix_steps < max_steps:
+            continuation, outcome = ep.rollout(
+                env, policy, history, max_steps=max_steps - prefix_steps, greedy=True, generator=generator
+            )
+            steps += continuation
+        trajectory = Trajectory(
+            task_id=task_id,
+            steps=steps,
+            reward=outcome.value(dense_reward),
+            success=outcome.success,
+            score=outcome.score,
+            source="recovery",
+        )
+        stats = {"policy_calls": getattr(policy, "num_calls", 0) - before, "prefix_steps": prefix_steps}
+        return trajectory, stats
+
+    return episode
+
+
+def failed_prefixes(
+    trajectories: Sequence[Trajectory], fraction: float
+) -> tuple[dict[Any, list[Step]], list[Any]]:
+    """The first ceil(fraction * T) steps of each task's first failed trajectory (T steps),
+    at least 1 and, when T >= 2, at most T - 1 (so the agent has a step left to recover).
+
+    Returns the prefixes by task id and the task ids skipped (no failed trajectory
+    with a step), in order of first appearance.
+    """
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(f"recovery fraction must be in (0, 1], got {fraction}")
+    prefixes: dict[Any, list[Step]] = {}
+    for t in trajectories:
+        if t.success or not t.steps or t.task_id in prefixes:
+            continue
+        n = len(t.steps)
+        k = max(1, math.ceil(fraction * n - 1e-9))  # 0.3 * 10 is 3.0000000000000004
+        if n >= 2:
+            k = min(k, n - 1)
+        prefixes[t.task_id] = list(t.steps[:k])
+    tasks = dict.fromkeys(t.task_id for t in trajectories)  # in order of first appearance
+    return prefixes, [task for task in tasks if task not in prefixes]
 
 
 def evaluate(
@@ -80,7 +159,7 @@ def aggregate(records: Sequence[dict]) -> dict[str, float]:
     # The papers' tables: success rate in %, WebShop's "score" = average reward x 100.
     metrics["success_pct"] = 100 * metrics["success_rate"]
     metrics["score"] = 100 * metrics["avg_reward"]
-    for key in ("policy_calls", "critic_calls", "env_steps"):
+    for key in ("policy_calls", "critic_calls", "env_steps", "prefix_steps"):
         values = [r["stats"].get(key) for r in records if key in r["stats"]]
         if values:
             metrics[f"avg_{key}"] = sum(values) / len(values)

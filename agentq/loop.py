@@ -21,9 +21,13 @@ import importlib
 import logging
 import os
 import random
+import subprocess
+import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +39,11 @@ from omegaconf import DictConfig, OmegaConf
 from rich.progress import track
 
 from agentq import evaluate as ev
+from agentq import tracking
 from agentq.data.buffer import ReplayBuffer, read_json, write_json
-from agentq.training.fit import fit_preferences, merge_adapter
+from agentq.data.pairs import StepPairBuilder
+from agentq.data.trajectory import Trajectory
+from agentq.training.fit import fit, merge_adapter
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +57,13 @@ class Components:
     policy: partial  # (model, tokenizer) -> policy
     critic: partial  # (model, tokenizer) -> critic
     search: Any
-    pair_builder: Any
+    pair_builder: Any  # SearchResult -> training examples (``from_search``)
     objective: torch.nn.Module
+
+
+class IncompatibleConfig(ValueError):
+    """A combination of groups that cannot run together (e.g. ToT's state evaluator
+    with MCTS, or an SFT objective on preference pairs)."""
 
 
 def build(cfg: DictConfig) -> Components:
@@ -63,11 +75,13 @@ def build(cfg: DictConfig) -> Components:
             raise ValueError(f"{key} must be an integer >= 0, got {value!r}")
     search = instantiate(cfg.search)
     critic = instantiate(cfg.critic)
-    max_candidates = getattr(critic.func, "MAX_CANDIDATES", None)
-    if max_candidates is not None and cfg.search.num_actions > max_candidates:
-        raise ValueError(
-            f"search.num_actions={cfg.search.num_actions} exceeds what critic {cfg.critic._target_} "
-            f"can rank ({max_candidates})"
+    pair_builder = instantiate(cfg.pairs)
+    objective = instantiate(cfg.objective)
+    check_compatible(cfg, search, critic.func, pair_builder, objective)
+    if cfg.eval.get("num_simulations") and not hasattr(search, "num_simulations"):
+        raise IncompatibleConfig(
+            f"eval.num_simulations is an MCTS budget, and search {type(search).__name__} has none: "
+            "set eval.num_simulations=null (or bound any search with search.max_policy_calls)"
         )
     _check_env_id(cfg.env.make.id)
     return Components(
@@ -76,9 +90,48 @@ def build(cfg: DictConfig) -> Components:
         policy=instantiate(cfg.agent),
         critic=critic,
         search=search,
-        pair_builder=instantiate(cfg.pairs),
-        objective=instantiate(cfg.objective),
+        pair_builder=pair_builder,
+        objective=objective,
     )
+
+
+def check_compatible(cfg: DictConfig, search, critic_cls, pair_builder, objective) -> None:
+    """Refuse combinations that cannot work, naming the groups to change."""
+    names = {
+        group: OmegaConf.select(cfg, f"{group}._target_", default="?").rsplit(".", 1)[-1]
+        for group in ("search", "critic", "pairs", "objective")
+    }
+    wants = getattr(search, "critic_kind", None)
+    has = getattr(critic_cls, "kind", None)
+    if wants is not None and has != wants:
+        raise IncompatibleConfig(
+            f"search {names['search']} needs a {wants!r} critic but critic {names['critic']} is a {has!r} one: "
+            f"use critic={'llm_rank' if wants == 'rank' else 'llm_value or critic=llm_vote'}"
+        )
+    max_candidates = getattr(critic_cls, "MAX_CANDIDATES", None)
+    if wants == "rank" and max_candidates is not None and cfg.search.num_actions > max_candidates:
+        raise ValueError(
+            f"search.num_actions={cfg.search.num_actions} exceeds what critic {names['critic']} "
+            f"can rank ({max_candidates})"
+        )
+    if cfg.iterations == 0:
+        return  # nothing is trained: any objective goes
+    if getattr(pair_builder, "kind", None) != getattr(objective, "kind", None):
+        raise IncompatibleConfig(
+            f"objective {names['objective']} trains on {getattr(objective, 'kind', '?')} examples but pairs "
+            f"{names['pairs']} builds {getattr(pair_builder, 'kind', '?')} examples (each objective config selects "
+            "its own pairs: drop the pairs= override)"
+        )
+    if isinstance(pair_builder, StepPairBuilder) and wants is None:
+        raise IncompatibleConfig(
+            f"step pairs compare sibling values, which search {names['search']} does not record: "
+            "use search=mcts, tot_bfs or tot_dfs, or objective=traj_dpo / sft"
+        )
+    if getattr(objective, "needs_visits", False) and not getattr(search, "has_visits", False):
+        raise IncompatibleConfig(
+            f"objective {names['objective']} weighs pairs by MCTS visit counts, which search "
+            f"{names['search']} does not have: use search=mcts"
+        )
 
 
 def _check_env_id(env_id: str) -> None:
@@ -103,7 +156,10 @@ def run(cfg: DictConfig) -> dict:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     parts = build(cfg)
+    if cfg.get("threads"):
+        torch.set_num_threads(int(cfg.threads))
     seed_everything(cfg.seed)
+    record_run_info(run_dir, cfg)
     buffer = ReplayBuffer(run_dir)
     loggers = make_loggers(cfg, run_dir)
     started = time.monotonic()
@@ -117,7 +173,9 @@ def run(cfg: DictConfig) -> dict:
         for iteration in range(cfg.iterations + 1):
             if iteration > 0:
                 model = _improve(cfg, parts, model, tokenizer, buffer, iteration, train_ids, loggers)
-            _evaluate(cfg, parts, model, tokenizer, buffer, iteration, test_ids, loggers)
+                tracking.log_iteration(loggers, buffer, iteration)
+            if iteration > 0 or cfg.eval.base:
+                _evaluate(cfg, parts, model, tokenizer, buffer, iteration, test_ids, loggers)
             summary = write_summary(cfg, buffer, run_dir, previous_wall + time.monotonic() - started)
         status = "success"
         return summary
@@ -141,42 +199,46 @@ def _improve(cfg, parts: Components, model, tokenizer, buffer: ReplayBuffer, ite
     count = min(cfg.collect.num_tasks, len(train_ids))
     tasks = [train_ids[i] for i in rng.choice(len(train_ids), size=count, replace=False)]
     model.eval()
-    for task_id in track(tasks, description=f"collect (iter {iteration})", transient=True):
-        if buffer.has_search(iteration, task_id):
-            continue
-        generator = torch.Generator().manual_seed(ev.task_seed(cfg.seed, iteration, task_id))
-        with torch.no_grad():
-            result = parts.search(parts.env, policy, critic, task_id=task_id, generator=generator)
-        buffer.write_search(iteration, task_id, result)
+    with phase_timer(buffer, iteration, "collect"):
+        for task_id in track(tasks, description=f"collect (iter {iteration})", transient=True):
+            if buffer.has_search(iteration, task_id):
+                continue
+            generator = torch.Generator().manual_seed(ev.task_seed(cfg.seed, iteration, task_id))
+            with torch.no_grad():
+                result = parts.search(parts.env, policy, critic, task_id=task_id, generator=generator)
+            buffer.write_search(iteration, task_id, result)
 
-    if not buffer.has_pairs(iteration):
-        pairs = [p for r in buffer.searches(iteration) for p in parts.pair_builder(r.tree)]
-        buffer.write_pairs(iteration, pairs)
-    pairs = buffer.pairs(iteration)
-    log.info("iteration %d: %d pairs from %d tasks", iteration, len(pairs), len(tasks))
-    if not pairs:
-        write_json(metrics_path, {"loss": None, "reward_accuracy": None, "skipped": "no pairs"})
+        if not buffer.has_examples(iteration):
+            with torch.no_grad():
+                searches = buffer.searches(iteration)
+                examples = [e for r in searches for e in parts.pair_builder.from_search(r, policy)]
+            buffer.write_examples(iteration, examples)
+    examples = buffer.examples(iteration)
+    log.info("iteration %d: %d training examples from %d tasks", iteration, len(examples), len(tasks))
+    if not examples:
+        write_json(metrics_path, {"loss": None, "skipped": "no training examples"})
         return model
 
     t = cfg.trainer
-    peft_model, metrics = fit_preferences(
-        model,
-        tokenizer,
-        pairs,
-        objective=parts.objective,
-        optimizer=instantiate(t.optimizer),
-        lora=instantiate(t.lora, _convert_="all"),
-        lightning=OmegaConf.to_container(t.lightning, resolve=True),
-        out_dir=buffer.iteration_dir(iteration),
-        batch_size=t.batch_size,
-        max_prompt_tokens=t.max_prompt_tokens,
-        use_logged_reference=t.use_logged_reference,
-        checkpoint_every_n_steps=t.checkpoint_every_n_steps,
-        gradient_checkpointing=t.gradient_checkpointing,
-        shared_prefix=t.shared_prefix,
-        loggers=loggers,
-        seed=cfg.seed + iteration,
-    )
+    with phase_timer(buffer, iteration, "train"):
+        peft_model, metrics = fit(
+            model,
+            tokenizer,
+            examples,
+            objective=parts.objective,
+            optimizer=instantiate(t.optimizer),
+            lora=instantiate(t.lora, _convert_="all"),
+            lightning=OmegaConf.to_container(t.lightning, resolve=True),
+            out_dir=buffer.iteration_dir(iteration),
+            batch_size=t.batch_size,
+            max_prompt_tokens=t.max_prompt_tokens,
+            use_logged_reference=t.use_logged_reference,
+            checkpoint_every_n_steps=t.checkpoint_every_n_steps,
+            gradient_checkpointing=t.gradient_checkpointing,
+            shared_prefix=t.shared_prefix,
+            loggers=loggers,
+            seed=cfg.seed + iteration,
+        )
     write_json(metrics_path, metrics)
     return peft_model.merge_and_unload()
 
@@ -184,23 +246,46 @@ def _improve(cfg, parts: Components, model, tokenizer, buffer: ReplayBuffer, ite
 def _evaluate(cfg, parts: Components, model, tokenizer, buffer, iteration, test_ids, loggers) -> None:
     model.eval()
     policy = parts.policy(model, tokenizer)
-    modes = {}
     if cfg.eval.zero_shot:
-        modes["zero_shot"] = ev.zero_shot(
-            parts.env, policy, max_steps=cfg.eval.max_steps, dense_reward=cfg.search.dense_reward
-        )
+        episode = ev.zero_shot(parts.env, policy, max_steps=cfg.eval.max_steps, dense_reward=cfg.dense_reward)
+        _evaluate_mode(cfg, buffer, iteration, "zero_shot", episode, test_ids, loggers)
     if cfg.eval.search:
         search = parts.search
         if cfg.eval.get("num_simulations"):  # an inference budget of its own
             search = dataclasses.replace(search, num_simulations=cfg.eval.num_simulations)
-        modes["search"] = ev.with_search(parts.env, policy, parts.critic(model, tokenizer), search)
-    for mode, episode in modes.items():
-        with torch.no_grad():
-            metrics = ev.evaluate(episode, test_ids, buffer=buffer, iteration=iteration, mode=mode, seed=cfg.seed)
-        write_json(buffer.iteration_dir(iteration) / "eval" / f"{mode}.json", metrics)
-        for logger in loggers:
-            logger.log_metrics({f"eval/{mode}/{k}": v for k, v in metrics.items()} | {"iteration": iteration}, step=iteration)
-        log.info("iteration %d eval %s: %s", iteration, mode, metrics)
+        episode = ev.with_search(parts.env, policy, parts.critic(model, tokenizer), search)
+        _evaluate_mode(cfg, buffer, iteration, "search", episode, test_ids, loggers)
+    if cfg.eval.recovery:  # after zero_shot: iteration 0's failures are the prefixes
+        prefixes = _recovery_prefixes(cfg, buffer, test_ids)
+        episode = ev.recovery(parts.env, policy, prefixes, max_steps=cfg.eval.max_steps, dense_reward=cfg.dense_reward)
+        _evaluate_mode(cfg, buffer, iteration, "recovery", episode, list(prefixes), loggers)
+
+
+def _evaluate_mode(cfg, buffer, iteration, mode, episode, task_ids, loggers) -> None:
+    with torch.no_grad(), phase_timer(buffer, iteration, f"eval_{mode}"):
+        metrics = ev.evaluate(episode, task_ids, buffer=buffer, iteration=iteration, mode=mode, seed=cfg.seed)
+    write_json(buffer.iteration_dir(iteration) / "eval" / f"{mode}.json", metrics)
+    for logger in loggers:
+        logger.log_metrics({f"eval/{mode}/{k}": v for k, v in metrics.items()} | {"iteration": iteration}, step=iteration)
+    log.info("iteration %d eval %s: %s", iteration, mode, metrics)
+
+
+def _recovery_prefixes(cfg, buffer: ReplayBuffer, test_ids) -> dict:
+    """Agent-R's recovery test: failed prefixes of the base policy's greedy episodes
+    (iteration 0 of this run, or of ``eval.recovery_from``, so that several runs
+    are tested on the same prefixes)."""
+    source = ReplayBuffer(cfg.eval.recovery_from) if cfg.eval.recovery_from else buffer
+    paths = [source.eval_path(0, "zero_shot", task_id) for task_id in test_ids]
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        raise FileNotFoundError(
+            f"eval.recovery needs the base policy's zero-shot episodes, missing e.g. {missing[0]}: "
+            "keep eval.base=true and eval.zero_shot=true, or point eval.recovery_from at a run that has them"
+        )
+    trajectories = [Trajectory.from_dict(read_json(p)["trajectory"]) for p in paths]
+    prefixes, skipped = ev.failed_prefixes(trajectories, cfg.eval.recovery_fraction)
+    log.info("recovery: %d failed prefixes, %d tasks without a failure skipped", len(prefixes), len(skipped))
+    return prefixes
 
 
 def write_summary(cfg, buffer: ReplayBuffer, run_dir: Path, wall_seconds: float) -> dict:
@@ -209,14 +294,17 @@ def write_summary(cfg, buffer: ReplayBuffer, run_dir: Path, wall_seconds: float)
     for iteration in range(cfg.iterations + 1):
         folder = buffer.iteration_dir(iteration)
         entry: dict[str, Any] = {"iteration": iteration, "eval": {}}
-        for mode in ("zero_shot", "search"):
+        for mode in ("zero_shot", "search", "recovery"):
             path = folder / "eval" / f"{mode}.json"
             if path.exists():
                 entry["eval"][mode] = read_json(path)
         if iteration > 0:
-            entry["num_pairs"] = len(buffer.pairs(iteration)) if buffer.has_pairs(iteration) else 0
+            entry["num_examples"] = len(buffer.examples(iteration)) if buffer.has_examples(iteration) else 0
             train = buffer.train_metrics_path(iteration)
             entry["train"] = read_json(train) if train.exists() else None
+        seconds = folder / "seconds.json"
+        if seconds.exists():
+            entry["seconds"] = read_json(seconds)
         if entry["eval"] or iteration == 0 or folder.exists():
             iterations.append(entry)
     summary = {"iterations": iterations, "wall_seconds": round(wall_seconds, 1)}
@@ -227,6 +315,49 @@ def write_summary(cfg, buffer: ReplayBuffer, run_dir: Path, wall_seconds: float)
 def _previous_wall(run_dir: Path) -> float:
     path = run_dir / "summary.json"
     return float(read_json(path).get("wall_seconds", 0.0)) if path.exists() else 0.0
+
+
+@contextmanager
+def phase_timer(buffer: ReplayBuffer, iteration: int, phase: str):
+    """Add the wall time of a phase to ``iter_XXX/seconds.json`` (a resumed phase adds
+    to what the killed run recorded; time spent in the killed attempt is lost)."""
+    path = buffer.iteration_dir(iteration) / "seconds.json"
+    started = time.monotonic()
+    yield
+    seconds = read_json(path) if path.exists() else {}
+    seconds[phase] = round(seconds.get(phase, 0.0) + time.monotonic() - started, 1)
+    write_json(path, seconds)
+
+
+def record_run_info(run_dir: Path, cfg: DictConfig) -> None:
+    """What reproducing this run needs beyond config.yaml: the code revision and the
+    versions of the packages that decide the numbers; one entry per (re)start."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        git = ["git", "-C", str(root), "describe", "--always", "--dirty"]
+        revision = subprocess.run(git, capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        revision = ""
+    packages = ("torch", "transformers", "peft", "lightning", "hydra-core", "gymnasium", "trl", "wandb")
+    versions = {}
+    for name in packages:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    path = run_dir / "run_info.json"
+    starts = read_json(path)["starts"] if path.exists() else []
+    starts.append(
+        {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "git_revision": revision or None,
+            "python": sys.version.split()[0],
+            "packages": versions,
+            "seed": cfg.seed,
+            "threads": torch.get_num_threads(),
+        }
+    )
+    write_json(path, {"starts": starts})
 
 
 def seed_everything(seed: int) -> None:

@@ -77,3 +77,50 @@ def test_invalid_values_fail_before_any_model_loads(make_cfg, no_weights, overri
 def test_unknown_env_group_is_refused(make_cfg):
     with pytest.raises(HydraException, match="env"):
         make_cfg("env=nonexistent")
+
+
+SEARCHES = ["mcts", "tot_bfs", "tot_dfs", "best_of_n", "self_consistency"]
+OBJECTIVES = ["dpo", "ipo", "conservative_dpo", "traj_dpo", "sft", "masked_sft"]
+
+
+def expected_to_run(search: str, objective: str) -> bool:
+    if objective == "conservative_dpo":  # weighs pairs by MCTS visit counts
+        return search == "mcts"
+    if objective in ("dpo", "ipo"):  # step pairs need sibling values
+        return search in ("mcts", "tot_bfs", "tot_dfs")
+    return True  # trajectories: every search records them
+
+
+@pytest.mark.parametrize("search", SEARCHES)
+@pytest.mark.parametrize("objective", OBJECTIVES)
+def test_search_objective_matrix_runs_or_refuses_clearly(make_cfg, no_weights, search, objective):
+    from agentq.loop import IncompatibleConfig
+
+    cfg = make_cfg("+experiment=smoke", f"search={search}", f"objective={objective}")
+    if expected_to_run(search, objective):
+        build(cfg).env.close()
+    else:
+        with pytest.raises(IncompatibleConfig, match="use search=|objective="):
+            build(cfg)
+
+
+@pytest.mark.parametrize("search, critic", [("mcts", "llm_value"), ("tot_bfs", "llm_rank"), ("tot_dfs", "llm_rank")])
+def test_a_search_with_the_wrong_kind_of_critic_is_refused(make_cfg, no_weights, search, critic):
+    from agentq.loop import IncompatibleConfig
+
+    with pytest.raises(IncompatibleConfig, match="critic"):
+        build(make_cfg("+experiment=smoke", f"search={search}", f"critic={critic}"))
+
+
+def test_an_objective_on_the_wrong_kind_of_examples_is_refused(make_cfg, no_weights):
+    from agentq.loop import IncompatibleConfig
+
+    with pytest.raises(IncompatibleConfig, match="sft examples"):
+        build(make_cfg("+experiment=smoke", "objective=sft", "pairs=step"))
+
+
+def test_mcts_eval_budget_with_another_search_is_refused(make_cfg, no_weights):
+    from agentq.loop import IncompatibleConfig
+
+    with pytest.raises(IncompatibleConfig, match="eval.num_simulations"):
+        build(make_cfg("+experiment=smoke", "search=tot_bfs", "eval.num_simulations=2"))

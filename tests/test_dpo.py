@@ -215,24 +215,13 @@ def _tiny_model(seed: int):
     return TinyRandomModel(seed=seed).load()
 
 
-# TRL 1.16 reads transformers 5's deprecated `is_gradient_checkpointing` alias.
-@pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")
-@pytest.mark.parametrize(
-    ("conversational", "label_smoothing"),
-    [(True, 0.0), (False, 0.0), (True, 0.2)],
-    ids=["chat-sigmoid", "text-sigmoid", "chat-cdpo"],
-)
-def test_matches_trl_dpo_trainer_eval_loss(tmp_path, conversational, label_smoothing):
+POLICY_SEED, REFERENCE_SEED = 0, 1  # the reference differs, so Eq. 5's reference term counts
+
+
+def _trl_eval(tmp_path, dataset, tokenizer, *, loss_type, batch_size, beta, label_smoothing=0.0):
+    """TRL's DPOTrainer(...).evaluate() with policy seed 0 and reference seed 1, fp32."""
     from trl import DPOConfig, DPOTrainer
 
-    from agentq.models.logprobs import completion_logprobs, pad_pairs
-
-    policy_seed, reference_seed = 0, 1
-    _, tokenizer = _tiny_model(policy_seed)
-    beta = 1.0
-    dataset = _preference_dataset(conversational)
-    # With ε > 0 see the note above: "aot" with one pair per batch is cDPO.
-    loss_type, batch_size = (["aot"], 1) if label_smoothing else (["sigmoid"], len(dataset))
     args = DPOConfig(
         output_dir=str(tmp_path),
         report_to="none",
@@ -249,16 +238,20 @@ def test_matches_trl_dpo_trainer_eval_loss(tmp_path, conversational, label_smoot
         activation_checkpointing=False,  # eval only; also avoids TRL's deprecated alias
     )
     trainer = DPOTrainer(
-        model=_tiny_model(policy_seed)[0],
-        ref_model=_tiny_model(reference_seed)[0],
+        model=_tiny_model(POLICY_SEED)[0],
+        ref_model=_tiny_model(REFERENCE_SEED)[0],
         args=args,
         train_dataset=dataset,
         eval_dataset=dataset,
         processing_class=tokenizer,
     )
-    metrics = trainer.evaluate()
+    return trainer, trainer.evaluate()
 
-    # Our side: our tokenization, our padding, our log-prob function, our loss.
+
+def _our_logps(trainer, dataset, tokenizer, conversational: bool) -> PreferenceLogps:
+    """Our tokenization, our padding, our log-prob function, with token counts."""
+    from agentq.models.logprobs import completion_logprobs, pad_pairs
+
     chosen = [
         _split_completion(tokenizer, ex["prompt"], ex["chosen"], conversational) for ex in dataset
     ]
@@ -270,7 +263,7 @@ def test_matches_trl_dpo_trainer_eval_loss(tmp_path, conversational, label_smoot
     assert [c for _, c in chosen] == prepared["chosen_ids"]
     assert [c for _, c in rejected] == prepared["rejected_ids"]
 
-    policy, reference = _tiny_model(policy_seed)[0], _tiny_model(reference_seed)[0]
+    policy, reference = _tiny_model(POLICY_SEED)[0], _tiny_model(REFERENCE_SEED)[0]
 
     def score(model, pairs):
         input_ids, attention_mask, completion_mask = pad_pairs(
@@ -279,12 +272,35 @@ def test_matches_trl_dpo_trainer_eval_loss(tmp_path, conversational, label_smoot
         with torch.no_grad():
             return completion_logprobs(model, input_ids, attention_mask, completion_mask)  # (B,)
 
-    logps = PreferenceLogps(
+    return PreferenceLogps(
         policy_chosen=score(policy, chosen),
         policy_rejected=score(policy, rejected),
         reference_chosen=score(reference, chosen),
         reference_rejected=score(reference, rejected),
+        chosen_tokens=torch.tensor([float(len(c)) for _, c in chosen]),
+        rejected_tokens=torch.tensor([float(len(c)) for _, c in rejected]),
     )
+
+
+
+# TRL 1.16 reads transformers 5's deprecated `is_gradient_checkpointing` alias.
+@pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")
+@pytest.mark.parametrize(
+    ("conversational", "label_smoothing"),
+    [(True, 0.0), (False, 0.0), (True, 0.2)],
+    ids=["chat-sigmoid", "text-sigmoid", "chat-cdpo"],
+)
+def test_matches_trl_dpo_trainer_eval_loss(tmp_path, conversational, label_smoothing):
+    _, tokenizer = _tiny_model(POLICY_SEED)
+    beta = 1.0
+    dataset = _preference_dataset(conversational)
+    # With ε > 0 see the note above: "aot" with one pair per batch is cDPO.
+    loss_type, batch_size = (["aot"], 1) if label_smoothing else (["sigmoid"], len(dataset))
+    trainer, metrics = _trl_eval(
+        tmp_path, dataset, tokenizer, loss_type=loss_type, batch_size=batch_size, beta=beta,
+        label_smoothing=label_smoothing,
+    )
+    logps = _our_logps(trainer, dataset, tokenizer, conversational)
     out = DPOLoss(beta=beta, label_smoothing=label_smoothing)(logps)
 
     # Not a vacuous match: the reference differs from the policy, the pairs have
@@ -306,3 +322,31 @@ def test_matches_trl_dpo_trainer_eval_loss(tmp_path, conversational, label_smoot
     assert logps.policy_rejected.mean().item() == pytest.approx(
         metrics["eval_logps/rejected"], rel=1e-5
     )
+
+
+# TRL's IPO (dpo_trainer.py, 1.16, `loss_type == "ipo"`) divides each log-ratio by its
+# completion's token count (`completion_mask.sum(dim=1)`) before the difference, then
+# (Δ - 1/(2β))²: our IPOLoss with length_normalize=True. β = 2 puts the target margin
+# at 0.25, the order of the random pairs' margins, so a wrong normalisation shows.
+@pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")
+@pytest.mark.parametrize("conversational", [True, False], ids=["chat", "text"])
+def test_ipo_matches_trl_dpo_trainer_eval_loss(tmp_path, conversational):
+    from agentq.objectives import IPOLoss
+
+    _, tokenizer = _tiny_model(POLICY_SEED)
+    beta = 2.0
+    dataset = _preference_dataset(conversational)
+    trainer, metrics = _trl_eval(
+        tmp_path, dataset, tokenizer, loss_type=["ipo"], batch_size=len(dataset), beta=beta
+    )
+    logps = _our_logps(trainer, dataset, tokenizer, conversational)
+    out = IPOLoss(beta=beta, length_normalize=True)(logps)
+    assert out.losses.mean().item() == pytest.approx(metrics["eval_loss"], abs=1e-4)
+    assert out.chosen_rewards.mean().item() == pytest.approx(
+        metrics["eval_rewards/chosen"], abs=1e-4
+    )
+    # The paper's form (no normalisation) is a different number on these pairs:
+    # completions of different lengths make the two Δs differ.
+    unnormalised = IPOLoss(beta=beta)(logps).losses.mean().item()
+    assert abs(unnormalised - metrics["eval_loss"]) > 0.05  # 0.27 vs 0.10 (chat)
+    assert out.losses.max() - out.losses.min() > 0.02  # not one constant square

@@ -53,6 +53,7 @@ class LLMRankingCritic:
         max_previous: earlier commands shown to the critic.
     """
 
+    kind = "rank"  # scores the K candidate actions at one node (what MCTS needs)
     MAX_CANDIDATES = 9  # answers are the single-token numbers 1..9
 
     def __init__(

@@ -3,7 +3,8 @@
 Layout under the run directory::
 
     iter_001/collect/<task>.json    search result per task: tree + trajectories
-    iter_001/pairs.jsonl            step pairs built from this iteration's trees
+    iter_001/examples.jsonl         training examples built from them (step pairs,
+                                    trajectory pairs or SFT examples), one per line
     iter_001/train.json             training metrics (written when training finished)
     iter_001/adapter/               the LoRA adapter trained in this iteration
     iter_001/eval/<mode>/<task>.json  one evaluation episode per task
@@ -22,8 +23,12 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from agentq.data.examples import SFTExample, TrajectoryPair
 from agentq.data.pairs import StepPair
 from agentq.search.tree import SearchResult
+
+# The type tag of each line in examples.jsonl.
+EXAMPLE_TYPES = {"step_pair": StepPair, "trajectory_pair": TrajectoryPair, "sft": SFTExample}
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -69,19 +74,26 @@ class ReplayBuffer:
         folder = self.iteration_dir(iteration) / "collect"
         return [SearchResult.from_dict(read_json(p)) for p in sorted(folder.glob("task_*.json"))]
 
-    # -- pairs ----------------------------------------------------------------
-    def _pairs_path(self, iteration: int) -> Path:
-        return self.iteration_dir(iteration) / "pairs.jsonl"
+    # -- training examples ----------------------------------------------------
+    def _examples_path(self, iteration: int) -> Path:
+        return self.iteration_dir(iteration) / "examples.jsonl"
 
-    def has_pairs(self, iteration: int) -> bool:
-        return self._pairs_path(iteration).exists()
+    def has_examples(self, iteration: int) -> bool:
+        return self._examples_path(iteration).exists()
 
-    def write_pairs(self, iteration: int, pairs: Iterable[StepPair]) -> None:
-        atomic_write_text(self._pairs_path(iteration), "".join(json.dumps(p.to_dict()) + "\n" for p in pairs))
+    def write_examples(self, iteration: int, examples: Iterable[Any]) -> None:
+        tags = {cls: tag for tag, cls in EXAMPLE_TYPES.items()}
+        lines = [json.dumps({"type": tags[type(e)], **e.to_dict()}) + "\n" for e in examples]
+        atomic_write_text(self._examples_path(iteration), "".join(lines))
 
-    def pairs(self, iteration: int) -> list[StepPair]:
-        lines = self._pairs_path(iteration).read_text().splitlines()
-        return [StepPair(**json.loads(line)) for line in lines if line.strip()]
+    def examples(self, iteration: int) -> list[Any]:
+        examples = []
+        for line in self._examples_path(iteration).read_text().splitlines():
+            if line.strip():
+                data = json.loads(line)
+                cls = EXAMPLE_TYPES[data.pop("type")]
+                examples.append(cls.from_dict(data) if hasattr(cls, "from_dict") else cls(**data))
+        return examples
 
     # -- training and evaluation ----------------------------------------------
     def adapter_dir(self, iteration: int) -> Path:

@@ -3,6 +3,10 @@
 At every node with two or more expanded children, every pair of children
 (a_i, a_j) whose blended values (Eq. 10) differ by at least theta gives a pair
 (h, a_w, a_l) with a_w the higher-valued one.
+
+Tree-of-Thought trees (alpha = 0, so the value is the evaluator's) also mark
+which children the search kept; there a pair is a kept child against a pruned
+sibling, as in CPO (Zhang et al. 2024, arXiv 2406.09136), still gated by theta.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from itertools import combinations
 from typing import Any
 
 from agentq.agent.prompt import Messages
-from agentq.search.tree import Tree
+from agentq.search.tree import SearchResult, Tree
 
 
 @dataclass
@@ -55,6 +59,11 @@ class StepPairBuilder:
         if self.min_visits < 0:
             raise ValueError(f"pairs.min_visits must be >= 0, got {self.min_visits}")
 
+    kind = "preference"  # what it builds (the objective must train on the same kind)
+
+    def from_search(self, result: SearchResult, policy=None) -> list[StepPair]:
+        return self(result.tree)
+
     def __call__(self, tree: Tree) -> list[StepPair]:
         pairs = []
         for node in tree.nodes:
@@ -64,6 +73,8 @@ class StepPairBuilder:
                 if abs(qa - qb) < self.threshold or qa == qb:
                     continue
                 (w, qw), (lo, ql) = ((a, qa), (b, qb)) if qa > qb else ((b, qb), (a, qa))
+                if w.kept is not None and not (w.kept and lo.kept is False):
+                    continue  # ToT: only selected vs pruned
                 pairs.append(
                     StepPair(
                         task_id=tree.task_id,

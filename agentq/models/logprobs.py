@@ -157,3 +157,48 @@ def pair_logprobs(
             targets = completions[row, : len(ids)]  # (n,)
             sink.append(torch.log_softmax(logits, dim=-1).gather(1, targets[:, None]).sum())
     return torch.stack(chosen_out), torch.stack(rejected_out)
+
+
+def segment_logprobs(
+    model: nn.Module,
+    prompt_ids: Sequence[Sequence[int]],
+    completion_ids: Sequence[Sequence[int]],
+    owner: Sequence[int],
+    num_sequences: int,
+    *,
+    rows_per_forward: int,
+    pad_id: int = 0,
+) -> Tensor:
+    """Summed log pi of sequences made of several (prompt, completion) segments.
+
+    A trajectory's log-likelihood is the sum of its steps' log-likelihoods,
+    each step scored after its own prompt (DESIGN §2): segment ``i`` adds
+    ``log pi(completion_ids[i] | prompt_ids[i])`` to sequence ``owner[i]``.
+    Segments are sorted by length, so rows of similar length share a forward,
+    and run ``rows_per_forward`` at a time through :func:`completion_logprobs`
+    on right-padded rows (``pad_id`` only fills masked positions). Autograd
+    keeps every chunk's activations until the backward pass.
+
+    Returns:
+        (num_sequences,) float32, differentiable; 0 for a sequence with no segment.
+    """
+    if not len(prompt_ids) == len(completion_ids) == len(owner):
+        raise ValueError(
+            f"segment_logprobs: {len(prompt_ids)} prompts, {len(completion_ids)} completions "
+            f"and {len(owner)} owners"
+        )
+    if rows_per_forward < 1:
+        raise ValueError(f"segment_logprobs: rows_per_forward must be >= 1, got {rows_per_forward}")
+    if any(not 0 <= s < num_sequences for s in owner):
+        raise ValueError(f"segment_logprobs: every owner must lie in [0, {num_sequences})")
+    if any(len(c) == 0 for c in completion_ids):
+        raise ValueError("segment_logprobs: every completion needs at least one token")
+    device = _decoder_and_head(model)[1].weight.device
+    order = sorted(range(len(owner)), key=lambda i: len(prompt_ids[i]) + len(completion_ids[i]))
+    total = torch.zeros(num_sequences, dtype=torch.float32, device=device)  # (S,)
+    for start in range(0, len(order), rows_per_forward):
+        rows = order[start : start + rows_per_forward]
+        batch = pad_pairs([prompt_ids[i] for i in rows], [completion_ids[i] for i in rows], pad_id)
+        logps = completion_logprobs(model, *(t.to(device) for t in batch))  # (R,)
+        total = total.index_add(0, torch.tensor([owner[i] for i in rows], device=device), logps)
+    return total

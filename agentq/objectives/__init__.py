@@ -1,5 +1,17 @@
 """Training objectives: pure loss modules on typed inputs."""
 
-from agentq.objectives.dpo import DPOLoss, LossOutput, PreferenceLogps
+from agentq.objectives.base import LossOutput, PreferenceLogps, SequenceLogps
+from agentq.objectives.conservative import ConservativeDPOLoss
+from agentq.objectives.dpo import DPOLoss
+from agentq.objectives.ipo import IPOLoss
+from agentq.objectives.sft import SFTLoss
 
-__all__ = ["DPOLoss", "LossOutput", "PreferenceLogps"]
+__all__ = [
+    "ConservativeDPOLoss",
+    "DPOLoss",
+    "IPOLoss",
+    "LossOutput",
+    "PreferenceLogps",
+    "SFTLoss",
+    "SequenceLogps",
+]

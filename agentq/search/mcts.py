@@ -19,7 +19,12 @@ One simulation:
 
 The environment is restored to a node with ``env.unwrapped.snapshot()`` /
 ``restore()`` when it has them, otherwise by reset and replay of the command
-prefix (as on the live web).
+prefix (as on the live web): :class:`agentq.search.position.Position`.
+
+Budget: ``num_simulations``, and optionally ``max_policy_calls``: no new
+simulation starts once the policy has been called that often, so a search may
+overshoot it by one simulation (one expansion plus a rollout of at most
+``max_depth`` steps).
 
 Departures from the paper, which publishes no constants: every value below is
 ours and a config key. Rollout steps are not added to the tree (standard
@@ -30,7 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import gymnasium as gym
 import torch
@@ -39,6 +44,7 @@ from agentq.agent import episode
 from agentq.agent.policy import Candidate, Policy
 from agentq.agent.prompt import History
 from agentq.data.trajectory import Step, Trajectory
+from agentq.search.position import Position, child_node, merge_duplicates, path_steps
 from agentq.search.tree import Node, SearchResult, Tree, ucb_score
 
 
@@ -60,7 +66,12 @@ class MCTS:
         alpha: weight of Q_mcts against the critic score in Eq. 10.
         dense_reward: use the env's score in [0, 1] instead of 1/0 success as R.
         greedy_rollouts: roll out with greedy decoding instead of sampling.
+        max_policy_calls: no new simulation starts once the policy was called this
+            often (None: no limit); the running one finishes.
     """
+
+    critic_kind: ClassVar[str] = "rank"  # ranks the K candidates at a node (LLMRankingCritic)
+    has_visits: ClassVar[bool] = True  # nodes carry N(h, a) (conservative DPO weighs by it)
 
     num_simulations: int = 8
     num_actions: int = 3
@@ -69,6 +80,7 @@ class MCTS:
     alpha: float = 0.5
     dense_reward: bool = False
     greedy_rollouts: bool = False
+    max_policy_calls: int | None = None
 
     def __post_init__(self) -> None:
         checks = {
@@ -77,6 +89,7 @@ class MCTS:
             "search.max_depth": self.max_depth >= 1,
             "search.c_exp": self.c_exp >= 0,
             "search.alpha": 0.0 <= self.alpha <= 1.0,
+            "search.max_policy_calls": self.max_policy_calls is None or self.max_policy_calls >= 1,
         }
         for key, ok in checks.items():
             if not ok:
@@ -94,6 +107,8 @@ class MCTS:
     ) -> SearchResult:
         run = _Run(self, env, policy, critic, task_id, generator)
         for _ in range(self.num_simulations):
+            if self.max_policy_calls is not None and run.stats["policy_calls"] >= self.max_policy_calls:
+                break
             run.simulate()
         return run.result()
 
@@ -104,15 +119,11 @@ class _Run:
     def __init__(self, cfg: MCTS, env, policy, critic, task_id, generator) -> None:
         self.cfg, self.env, self.policy, self.critic = cfg, env, policy, critic
         self.task_id, self.generator = task_id, generator
-        self.base = env.unwrapped
-        self.can_snapshot = hasattr(self.base, "snapshot") and hasattr(self.base, "restore")
         self.tree = Tree(task_id=task_id, alpha=cfg.alpha)
         self.trajectories: list[Trajectory] = []
         self.stats = {"simulations": 0, "policy_calls": 0, "critic_calls": 0, "env_steps": 0, "restores": 0}
-        root = self.tree.add(Node(id=0, parent=None, depth=0, history=episode.start(env, task_id)))
-        root.expanded_env = True
-        root.snapshot = self._snapshot()
-        self.at: int | None = root.id  # the node the env is in, None when unknown
+        self.position = Position(env, task_id, self.tree, self.stats)
+        self.position.root()
 
     # -- one simulation -------------------------------------------------------
     def simulate(self) -> None:
@@ -125,11 +136,11 @@ class _Run:
             if not node.children:
                 self._expand(node)
                 node = self._select(node)
-                self._enter(node)
+                self.position.enter(node)
                 rollout, outcome = self._rollout(node)
                 break
             node = self._select(node)
-            self._enter(node)
+            self.position.enter(node)
         value = outcome.value(self.cfg.dense_reward)
         self._backpropagate(node, value)
         self._record(node, rollout, outcome, value)
@@ -141,10 +152,10 @@ class _Run:
         return children[scores.index(max(scores))]
 
     def _expand(self, node: Node) -> None:
-        self._goto(node)
+        self.position.goto(node)
         candidates = self.policy.propose(node.history, self.cfg.num_actions, generator=self.generator)
         self.stats["policy_calls"] += 1
-        unique = _merge_duplicates(candidates)
+        unique = merge_duplicates(candidates)
         node.prompt = unique[0].prompt
         if len(unique) > 1:
             scores = self.critic.score(node.history, unique)
@@ -152,39 +163,13 @@ class _Run:
         else:
             scores = [1.0]
         for candidate, score in zip(unique, scores, strict=True):
-            self.tree.add(
-                Node(
-                    id=-1,
-                    parent=node.id,
-                    depth=node.depth + 1,
-                    history=node.history,  # replaced when the env steps into the child
-                    action=candidate.text,
-                    command=candidate.command,
-                    logprob=candidate.logprob,
-                    action_ids=tuple(candidate.action_ids),
-                    critic_score=float(score),
-                )
-            )
-
-    def _enter(self, node: Node) -> None:
-        """Step the env from the parent into ``node`` the first time it is selected."""
-        if node.expanded_env:
-            return
-        parent = self.tree.nodes[node.parent]
-        self._goto(parent)
-        history, reward, outcome = episode.step(self.env, parent.history, node.action, node.command)
-        self.stats["env_steps"] += 1
-        node.history, node.reward = history, reward
-        node.terminal, node.success, node.score = outcome.terminal, outcome.success, outcome.score
-        node.expanded_env = True
-        node.snapshot = self._snapshot()
-        self.at = node.id
+            self.tree.add(child_node(node, candidate, score))
 
     def _rollout(self, node: Node) -> tuple[list[Step], episode.Outcome]:
         outcome = episode.Outcome(node.terminal, node.success, node.score)
         if node.terminal or node.depth >= self.cfg.max_depth:
             return [], outcome
-        self._goto(node)
+        self.position.goto(node)
         steps, outcome = episode.rollout(
             self.env,
             self.policy,
@@ -195,7 +180,7 @@ class _Run:
         )
         self.stats["policy_calls"] += len(steps)
         self.stats["env_steps"] += len(steps)
-        self.at = None
+        self.position.lost()
         return steps, outcome
 
     def _backpropagate(self, node: Node, value: float) -> None:
@@ -205,19 +190,7 @@ class _Run:
             n.visits += 1
 
     def _record(self, node: Node, rollout: list[Step], outcome: episode.Outcome, value: float) -> None:
-        path = self.tree.path(node)[1:]
-        steps = [
-            Step(
-                prompt=self.tree.nodes[n.parent].prompt,
-                action=n.action,
-                command=n.command,
-                observation=n.history.observation,
-                reward=n.reward,
-                logprob=n.logprob,
-                action_ids=list(n.action_ids),
-            )
-            for n in path
-        ]
+        steps = path_steps(self.tree, node)
         self.trajectories.append(
             Trajectory(
                 task_id=self.task_id,
@@ -229,33 +202,6 @@ class _Run:
             )
         )
 
-    # -- environment position ---------------------------------------------------
-    def _snapshot(self) -> Any:
-        return self.base.snapshot() if self.can_snapshot else None
-
-    def _goto(self, node: Node) -> None:
-        if self.at == node.id:
-            return
-        self.stats["restores"] += 1
-        if node.snapshot is not None:
-            self.base.restore(node.snapshot)
-        else:  # reset and replay the command prefix
-            episode.start(self.env, self.task_id)
-            for n in self.tree.path(node)[1:]:
-                self.env.step(n.command)
-                self.stats["env_steps"] += 1
-        self.at = node.id
-
     def result(self) -> SearchResult:
         best = max(self.trajectories, key=lambda t: t.reward, default=None)
         return SearchResult(tree=self.tree, trajectories=self.trajectories, best=best, stats=dict(self.stats))
-
-
-def _merge_duplicates(candidates: Sequence[Candidate]) -> list[Candidate]:
-    """Candidates that ground to the same command are one edge; keep the likeliest text."""
-    by_command: dict[str, Candidate] = {}
-    for c in candidates:
-        kept = by_command.get(c.command)
-        if kept is None or c.logprob > kept.logprob:
-            by_command[c.command] = c
-    return list(by_command.values())

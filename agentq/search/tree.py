@@ -27,7 +27,8 @@ class Node:
     command: str = ""
     logprob: float = 0.0
     action_ids: tuple[int, ...] = ()
-    critic_score: float = 0.0  # Q̂(h, a), from the critic's rank
+    critic_score: float = 0.0  # Q̂(h, a): the MCTS critic's rank score, or a ToT evaluator's value
+    kept: bool | None = None  # ToT: selected into the frontier (True) or pruned (False); None in MCTS
     # Filled when the env first steps into the node.
     expanded_env: bool = False
     reward: float = 0.0
@@ -89,6 +90,7 @@ class Tree:
                     "logprob": n.logprob,
                     "action_ids": list(n.action_ids),
                     "critic_score": n.critic_score,
+                    "kept": n.kept,
                     "q_mcts": n.q_mcts,
                     "q": n.blended_q(self.alpha),
                     "visits": n.visits,
@@ -124,6 +126,7 @@ class Tree:
                     logprob=d["logprob"],
                     action_ids=tuple(d.get("action_ids", ())),
                     critic_score=d["critic_score"],
+                    kept=d.get("kept"),
                     expanded_env=d.get("expanded_env", True),
                     reward=d["reward"],
                     terminal=d["terminal"],

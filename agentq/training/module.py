@@ -1,11 +1,12 @@
-"""The LightningModule that optimises the policy on preference pairs.
+"""The LightningModules that optimise the policy: on preference pairs and by SFT.
 
-It computes the summed log-probs of whole composite actions once (Agent Q,
-Eq. 1: the joint likelihood of plan, thought, command and explanation), gets
-the reference log-probs, and calls the configured objective. The reference is
-the policy at the start of the iteration (DESIGN §4): either the same network
-with the LoRA adapter disabled (no second copy in memory) or the log-probs the
-collecting policy logged in the replay buffer.
+Each computes the summed log-probs of its sequences once (Agent Q, Eq. 1: the
+joint likelihood of plan, thought, command and explanation; a trajectory's is
+the sum over its steps) and calls the configured objective; the objective's
+:meth:`~agentq.objectives.base.LossOutput.loss` is the batch loss. The
+reference is the policy at the start of the iteration (DESIGN §4): either the
+same network with the LoRA adapter disabled (no second copy in memory) or the
+log-probs the collecting policy logged in the replay buffer.
 """
 
 from __future__ import annotations
@@ -17,77 +18,70 @@ import lightning as L
 import torch
 from torch import nn
 
-from agentq.models.logprobs import completion_logprobs, pair_logprobs
-from agentq.objectives.dpo import PreferenceLogps
-from agentq.training.data import PreferenceBatch
+from agentq.models.logprobs import pair_logprobs, segment_logprobs
+from agentq.objectives.base import PreferenceLogps, SequenceLogps
+from agentq.training.data import PreferenceBatch, Segments, SFTBatch
 
 
-class PreferenceModule(L.LightningModule):
+class AdapterModule(L.LightningModule):
+    """What preference and SFT training share: an optimiser over the trainable
+    (adapter) parameters, adapter-only checkpoints, and per-step metrics.
+
+    Args:
+        model: a peft model: only the adapter is trainable.
+        objective: the loss module.
+        optimizer: builds the optimiser from the trainable parameters.
+        rows_per_forward: segment rows scored in one forward pass.
+    """
+
+    # Metrics summed, not averaged, over the last epoch.
+    summed_metrics: tuple[str, ...] = ()
+
     def __init__(
         self,
         model: nn.Module,
         objective: nn.Module,
         optimizer: Callable[..., torch.optim.Optimizer],
         *,
-        use_logged_reference: bool = False,
-        shared_prefix: bool = False,
+        rows_per_forward: int = 8,
     ) -> None:
         super().__init__()
-        self.model = model  # a peft model: only the adapter is trainable
+        self.model = model
         self.objective = objective
         self.optimizer_factory = optimizer
-        self.use_logged_reference = use_logged_reference
-        self.shared_prefix = shared_prefix
+        self.rows_per_forward = rows_per_forward
         # Checkpoints hold the adapter only (see on_save_checkpoint).
         self.strict_loading = False
-        self.history: list[tuple[int, float, float]] = []  # (epoch, loss, reward accuracy) per step
+        self.history: list[dict[str, float]] = []  # per step: "epoch" and the logged metrics
 
-    def preference_logps(self, batch: PreferenceBatch) -> PreferenceLogps:
-        b = batch.num_pairs
-        policy = self.logps(batch)  # (2B,)
-        if self.use_logged_reference:
-            reference = torch.cat([batch.reference_chosen, batch.reference_rejected]).to(policy)
-        else:
-            with torch.no_grad(), self.model.disable_adapter():
-                reference = self.logps(batch)
-        return PreferenceLogps(
-            policy_chosen=policy[:b],
-            policy_rejected=policy[b:],
-            reference_chosen=reference[:b],
-            reference_rejected=reference[b:],
+    def score(self, segments: Segments) -> torch.Tensor:
+        """(S,) summed log-probs of the sequences the segments make up."""
+        return segment_logprobs(
+            self.model,
+            segments.prompt_ids,
+            segments.completion_ids,
+            segments.owner,
+            segments.num_sequences,
+            rows_per_forward=self.rows_per_forward,
         )
 
-    def logps(self, batch: PreferenceBatch) -> torch.Tensor:
-        """(2B,) summed log-probs of the chosen then the rejected completions."""
-        if self.shared_prefix:  # the history once, both actions from its KV cache
-            chosen, rejected = pair_logprobs(self.model, batch.prompt_ids, batch.chosen_ids, batch.rejected_ids)
-            return torch.cat([chosen, rejected])
-        return completion_logprobs(self.model, batch.input_ids, batch.attention_mask, batch.completion_mask)
-
-    def training_step(self, batch: PreferenceBatch, batch_idx: int) -> torch.Tensor:
-        out = self.objective(self.preference_logps(batch))
-        loss = out.losses.mean()
-        accuracy = (out.chosen_rewards > out.rejected_rewards).float().mean()
-        margin = (out.chosen_rewards - out.rejected_rewards).mean()
-        self.log_dict(
-            {"train/loss": loss, "train/reward_accuracy": accuracy, "train/reward_margin": margin},
-            batch_size=batch.num_pairs,
-            prog_bar=True,
-        )
-        self.history.append((self.current_epoch, loss.item(), accuracy.item()))
-        return loss
+    def record(self, metrics: dict[str, torch.Tensor], batch_size: int) -> None:
+        self.log_dict({f"train/{k}": v for k, v in metrics.items()}, batch_size=batch_size, prog_bar=True)
+        self.history.append({"epoch": self.current_epoch, **{k: float(v) for k, v in metrics.items()}})
 
     def last_epoch_metrics(self) -> dict[str, float]:
-        """Mean loss and reward accuracy over the steps of the last epoch."""
+        """Each metric averaged (or summed, see ``summed_metrics``) over the steps
+        of the last epoch, and the number of steps of the whole phase."""
         if not self.history:
             return {}
-        last = max(epoch for epoch, _, _ in self.history)
-        rows = [(loss, acc) for epoch, loss, acc in self.history if epoch == last]
-        return {
-            "loss": sum(r[0] for r in rows) / len(rows),
-            "reward_accuracy": sum(r[1] for r in rows) / len(rows),
-            "steps": len(self.history),
-        }
+        last = max(row["epoch"] for row in self.history)
+        rows = [row for row in self.history if row["epoch"] == last]
+        keys = [k for k in rows[0] if k != "epoch"]
+        metrics = {}
+        for key in keys:
+            total = sum(row[key] for row in rows)
+            metrics[key] = total if key in self.summed_metrics else total / len(rows)
+        return metrics | {"steps": len(self.history)}
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return self.optimizer_factory([p for p in self.parameters() if p.requires_grad])
@@ -100,4 +94,84 @@ class PreferenceModule(L.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         # The metrics of steps taken before a restart still belong to this phase.
-        self.history = [tuple(row) for row in checkpoint.get("step_metrics", [])]
+        self.history = [dict(row) for row in checkpoint.get("step_metrics", [])]
+
+
+class PreferenceModule(AdapterModule):
+    """Preference objectives (DPO, trajectory DPO, conservative DPO, IPO) on step or trajectory pairs.
+
+    Args:
+        use_logged_reference: π_ref log-probs from the batch (the buffer) instead
+            of a forward pass with the adapter disabled.
+        shared_prefix: score a step pair's history once and both actions from
+            its KV cache (:func:`~agentq.models.logprobs.pair_logprobs`); used
+            when every pair of the batch is one prompt and two completions.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        objective: nn.Module,
+        optimizer: Callable[..., torch.optim.Optimizer],
+        *,
+        use_logged_reference: bool = False,
+        shared_prefix: bool = False,
+        rows_per_forward: int = 8,
+    ) -> None:
+        super().__init__(model, objective, optimizer, rows_per_forward=rows_per_forward)
+        self.use_logged_reference = use_logged_reference
+        self.shared_prefix = shared_prefix
+
+    def preference_logps(self, batch: PreferenceBatch) -> PreferenceLogps:
+        b = batch.num_pairs
+        policy = self.logps(batch)  # (2B,)
+        if self.use_logged_reference:
+            reference = torch.cat([batch.reference_chosen, batch.reference_rejected]).to(policy)
+        else:
+            with torch.no_grad(), self.model.disable_adapter():
+                reference = self.logps(batch)  # (2B,)
+        return PreferenceLogps(
+            policy_chosen=policy[:b],
+            policy_rejected=policy[b:],
+            reference_chosen=reference[:b],
+            reference_rejected=reference[b:],
+            chosen_tokens=batch.chosen_tokens,
+            rejected_tokens=batch.rejected_tokens,
+            chosen_visits=batch.chosen_visits,
+            rejected_visits=batch.rejected_visits,
+        )
+
+    def logps(self, batch: PreferenceBatch) -> torch.Tensor:
+        """(2B,) summed log-probs of the chosen then the rejected sequences."""
+        if self.shared_prefix and batch.shares_prompt:  # the history once, both actions from its KV cache
+            b, seg = batch.num_pairs, batch.segments
+            chosen, rejected = pair_logprobs(
+                self.model, seg.prompt_ids[:b], seg.completion_ids[:b], seg.completion_ids[b:]
+            )
+            return torch.cat([chosen, rejected])
+        return self.score(batch.segments)
+
+    def training_step(self, batch: PreferenceBatch, batch_idx: int) -> torch.Tensor:
+        out = self.objective(self.preference_logps(batch))
+        loss = out.loss()
+        metrics = {"loss": loss.detach()}
+        if out.chosen_rewards is not None and out.rejected_rewards is not None:
+            metrics["reward_accuracy"] = (out.chosen_rewards > out.rejected_rewards).float().mean()
+            metrics["reward_margin"] = (out.chosen_rewards - out.rejected_rewards).mean()
+        self.record(metrics, batch_size=batch.num_pairs)
+        return loss
+
+
+class SFTModule(AdapterModule):
+    """SFT objectives (RFT, Agent-R's masked SFT): only trained segments are scored."""
+
+    summed_metrics = ("tokens",)
+
+    def sequence_logps(self, batch: SFTBatch) -> SequenceLogps:
+        return SequenceLogps(policy=self.score(batch.segments), num_tokens=batch.num_tokens)
+
+    def training_step(self, batch: SFTBatch, batch_idx: int) -> torch.Tensor:
+        out = self.objective(self.sequence_logps(batch))
+        loss = out.loss()
+        self.record({"loss": loss.detach(), "tokens": batch.num_tokens.sum()}, batch_size=batch.num_examples)
+        return loss

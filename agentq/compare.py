@@ -1,0 +1,220 @@
+"""The comparison table of the papers, from one command.
+
+    python -m agentq.compare --env textcraft [--out DIR] [hydra overrides ...]
+
+runs, one after the other and on the same held-out tasks, the experiments
+``<env>_mcts_dpo``, ``<env>_rft``, ``<env>_traj_dpo``, ``<env>_agent_r`` and
+``<env>_tot_bfs`` (plus best-of-N with the MCTS experiment's settings), then
+writes ``table.md`` and ``table.csv`` in Agent Q's layout (DESIGN §5) with
+Agent-R and the search baselines below it. Every run lives in its own folder
+under ``<out>/runs`` (git-ignored: trees and adapters are large); a killed
+comparison started again resumes each run where it stopped and skips finished ones.
+
+Rows read the evaluation episodes the runs wrote, so every number can be traced
+to a file: success rate with a Wilson 95% interval, average reward with a
+percentile-bootstrap 95% interval, and the model calls per task (the budget).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import math
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+CONF = Path(__file__).resolve().parent.parent / "conf"
+NOT_EVALUATED = "-"
+
+
+@dataclass(frozen=True)
+class Method:
+    """One run of the comparison: an experiment plus what the table needs from it."""
+
+    name: str
+    experiment: str  # suffix of conf/experiment/<env>_<suffix>.yaml
+    overrides: tuple[str, ...] = ()
+
+
+# Trained methods skip the base evaluation and search at inference: the mcts_dpo
+# run does both once for everyone.
+TRAINED_ONLY = ("eval.base=false", "eval.search=false")
+SEARCH_ONLY = ("iterations=0", "eval.zero_shot=false")
+# Recovery (Agent-R Table 3) continues the base policy's failed greedy episodes,
+# taken from the agentq run's iteration 0 for every method.
+RECOVERY = ("eval.recovery=true", "eval.recovery_from={runs}/agentq")
+METHODS = (
+    Method("agentq", "mcts_dpo", ("eval.recovery=true",)),
+    Method("rft", "rft", TRAINED_ONLY),
+    Method("traj_dpo", "traj_dpo", TRAINED_ONLY),
+    Method("agent_r", "agent_r", (*TRAINED_ONLY, *RECOVERY)),
+    Method("tot_bfs", "tot_bfs", SEARCH_ONLY),
+    Method("best_of_n", "mcts_dpo", (*SEARCH_ONLY, "search=best_of_n")),
+)
+
+
+@dataclass(frozen=True)
+class Row:
+    label: str
+    method: str
+    iteration: str  # "base" (0) or "last"
+    mode: str  # "zero_shot" or "search"
+
+
+ROWS = (  # Agent Q Table 1's order, then Agent-R and the search baselines
+    Row("base", "agentq", "base", "zero_shot"),
+    Row("RFT", "rft", "last", "zero_shot"),
+    Row("trajectory DPO", "traj_dpo", "last", "zero_shot"),
+    Row("Agent Q (zero-shot)", "agentq", "last", "zero_shot"),
+    Row("base + MCTS", "agentq", "base", "search"),
+    Row("Agent Q + MCTS", "agentq", "last", "search"),
+    Row("Agent-R (zero-shot)", "agent_r", "last", "zero_shot"),
+    Row("base + ToT-BFS", "tot_bfs", "base", "search"),
+    Row("base + best-of-N", "best_of_n", "base", "search"),
+    Row("base, recovery", "agentq", "base", "recovery"),
+    Row("Agent Q, recovery", "agentq", "last", "recovery"),
+    Row("Agent-R, recovery", "agent_r", "last", "recovery"),
+)
+
+
+def run_methods(env: str, out: Path, overrides: list[str], methods=METHODS) -> None:
+    from agentq.loop import run
+
+    for method in methods:
+        run_dir = out / "runs" / method.name
+        if (run_dir / "done").exists():
+            print(f"[compare] {method.name}: finished before, skipped", flush=True)
+            continue
+        resume = [f"resume={run_dir}"] if (run_dir / "config.yaml").exists() else []
+        own = [o.format(runs=(out / "runs").resolve()) for o in method.overrides]
+        args = [f"+experiment={env}_{method.experiment}", *own, *overrides, f"paths.run_dir={run_dir}"]
+        print(f"[compare] {method.name}: {' '.join(args + resume)}", flush=True)
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            cfg = compose("config", overrides=args + resume)
+        run(cfg)
+        (run_dir / "done").write_text("")
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson score interval of a success rate (sensible at 0/n and n/n)."""
+    if n == 0:
+        return (0.0, 0.0)
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def bootstrap_interval(values, resamples: int = 10_000, seed: int = 0) -> tuple[float, float]:
+    """95% percentile-bootstrap interval of a mean."""
+    values = np.asarray(values, dtype=float)
+    if values.size == 0:
+        return (0.0, 0.0)
+    rng = np.random.default_rng(seed)
+    means = rng.choice(values, size=(resamples, values.size), replace=True).mean(axis=1)
+    return (float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5)))
+
+
+def read_episodes(run_dir: Path, iteration: str, mode: str) -> list[dict] | None:
+    """The evaluation episodes of a run's base or last iteration, or None if not evaluated."""
+    config = run_dir / "config.yaml"
+    if not config.exists():
+        return None
+    index = 0 if iteration == "base" else int(OmegaConf.load(config).iterations)
+    folder = run_dir / f"iter_{index:03d}" / "eval" / mode
+    files = sorted(folder.glob("task_*.json"))
+    return [json.loads(p.read_text()) for p in files] or None
+
+
+def table_rows(out: Path) -> list[dict]:
+    rows = []
+    for row in ROWS:
+        episodes = read_episodes(out / "runs" / row.method, row.iteration, row.mode)
+        entry = {"method": row.label, "source": f"{row.method}/{row.iteration}/{row.mode}"}
+        if episodes is None:
+            rows.append(entry | {"tasks": 0})
+            continue
+        success = [bool(e["trajectory"]["success"]) for e in episodes]
+        reward = [float(e["trajectory"]["score"]) for e in episodes]
+        calls = [e["stats"].get("policy_calls", 0) + e["stats"].get("critic_calls", 0) for e in episodes]
+        s_lo, s_hi = wilson_interval(sum(success), len(success))
+        r_lo, r_hi = bootstrap_interval(reward)
+        rows.append(
+            entry
+            | {
+                "tasks": len(episodes),
+                "success_pct": 100 * sum(success) / len(success),
+                "success_ci": (100 * s_lo, 100 * s_hi),
+                "avg_reward": sum(reward) / len(reward),
+                "reward_ci": (r_lo, r_hi),
+                "model_calls": sum(calls) / len(calls),
+            }
+        )
+    return rows
+
+
+def to_markdown(rows: list[dict]) -> str:
+    lines = [
+        "| method | success % [95% CI] | avg reward [95% CI] | tasks | model calls / task | source |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if not r["tasks"]:
+            dash = NOT_EVALUATED
+            lines.append(f"| {r['method']} | {dash} | {dash} | 0 | {dash} | {r['source']} |")
+            continue
+        lines.append(
+            f"| {r['method']} | {r['success_pct']:.1f} [{r['success_ci'][0]:.1f}, {r['success_ci'][1]:.1f}] "
+            f"| {r['avg_reward']:.3f} [{r['reward_ci'][0]:.3f}, {r['reward_ci'][1]:.3f}] "
+            f"| {r['tasks']} | {r['model_calls']:.1f} | {r['source']} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def to_csv(rows: list[dict]) -> str:
+    buffer = io.StringIO()
+    fields = ["method", "success_pct", "success_lo", "success_hi", "avg_reward", "reward_lo", "reward_hi"]
+    fields += ["tasks", "model_calls", "source"]
+    writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n")
+    writer.writeheader()
+    for r in rows:
+        flat = {k: r.get(k, "") for k in fields}
+        if r["tasks"]:
+            flat |= {"success_lo": r["success_ci"][0], "success_hi": r["success_ci"][1]}
+            flat |= {"reward_lo": r["reward_ci"][0], "reward_hi": r["reward_ci"][1]}
+        writer.writerow(flat)
+    return buffer.getvalue()
+
+
+def write_table(out: Path, command: str) -> str:
+    rows = table_rows(out)
+    markdown = to_markdown(rows)
+    (out / "table.md").write_text(f"{markdown}\nCommand: `{command}`\n")
+    (out / "table.csv").write_text(to_csv(rows))
+    return markdown
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--env", required=True, help="textcraft, webshop, sciworld or opentable")
+    parser.add_argument("--out", type=Path, help="folder of the runs and the table (default experiments/<env>_compare)")
+    parser.add_argument("--table-only", action="store_true", help="rebuild the table from finished runs")
+    args, overrides = parser.parse_known_args(argv)
+    out = args.out or Path("experiments") / f"{args.env}_compare"
+    out.mkdir(parents=True, exist_ok=True)
+    if not args.table_only:
+        run_methods(args.env, out, overrides)
+    print(write_table(out, "python -m agentq.compare " + shlex.join(argv)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,61 @@
+"""RFT examples: the successful trajectories of a search (Agent Q's RFT baseline, DESIGN §4).
+
+Rejection-sampling fine-tuning imitates whatever the search found that worked:
+every successful trajectory, once per distinct command sequence (MCTS records a
+trajectory per simulation, and simulations that end in an already visited
+terminal node repeat one), every step with loss.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+from agentq.data.examples import SFTExample, segments_of
+from agentq.data.trajectory import Trajectory
+from agentq.search.tree import SearchResult
+
+
+def commands(trajectory: Trajectory) -> tuple[str, ...]:
+    return tuple(s.command for s in trajectory.steps)
+
+
+def distinct(trajectories: Sequence[Trajectory]) -> list[tuple[int, Trajectory]]:
+    """(index, trajectory) of the first trajectory of each command sequence, in order."""
+    seen: set[tuple[str, ...]] = set()
+    kept = []
+    for i, trajectory in enumerate(trajectories):
+        key = commands(trajectory)
+        if key not in seen:
+            seen.add(key)
+            kept.append((i, trajectory))
+    return kept
+
+
+@dataclass(frozen=True)
+class SuccessfulTrajectories:
+    """Args:
+    min_reward: also require this return (with ``dense_reward`` a success may score
+        below 1); None: every success.
+    """
+
+    kind: ClassVar[str] = "sft"
+
+    min_reward: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.min_reward is not None and not 0.0 <= self.min_reward <= 1.0:
+            raise ValueError(f"pairs.min_reward must be in [0, 1] or null, got {self.min_reward}")
+
+    def from_search(self, result: SearchResult, policy=None) -> list[SFTExample]:
+        return [
+            SFTExample(
+                task_id=t.task_id,
+                segments=segments_of(t),
+                source="success",
+                info={"trajectory": i, "reward": t.reward},
+            )
+            for i, t in distinct(result.trajectories)
+            if t.success and t.steps and (self.min_reward is None or t.reward >= self.min_reward)
+        ]

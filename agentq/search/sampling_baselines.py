@@ -1,0 +1,208 @@
+"""Search-free baselines that spend policy calls without a critic.
+
+- **Best-of-N**: N episodes sampled from the root at the policy's temperature;
+  the best is the one with the highest return (the outcome reward acts as a
+  perfect verifier, so this is an upper bound for sampling at that budget).
+- **Self-consistency** (Wang et al. 2023, arXiv 2203.11171, applied per step):
+  at every step sample n composite actions, ground them, and take the most
+  frequent command (majority vote; ties go to the larger summed log-prob);
+  one episode.
+
+Both accept and ignore the ``critic`` argument of the search contract.
+
+Trees: best-of-N stores each episode as its own chain under the root (sampled
+episodes are not merged, so every chain is one sample). Self-consistency
+stores the chosen path; at each step the losing commands are children that
+were never entered, with ``critic_score`` = the command's vote share and
+``kept`` = chosen or not.
+
+Budget ``max_policy_calls``: no policy call is made once the policy was
+called that often; an episode cut short ends unfinished (return 0, or the env's
+score so far with ``dense_reward``). It is never exceeded.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import torch
+
+from agentq.agent.policy import Candidate, Policy
+from agentq.search.position import Position, child_node, leaf_trajectory, merge_duplicates
+from agentq.search.tree import Node, SearchResult, Tree
+
+
+@dataclass
+class BestOfN:
+    """Arguments are the config keys of ``conf/search/best_of_n.yaml``.
+
+    Args:
+        n: episodes sampled from the root.
+        max_depth: step limit of an episode.
+        dense_reward: an episode's return is the env's score instead of 1/0 success.
+        max_policy_calls: policy calls over all episodes (one per step).
+    """
+
+    critic_kind: ClassVar[None] = None
+    has_visits: ClassVar[bool] = False
+
+    n: int = 4
+    max_depth: int = 10
+    dense_reward: bool = False
+    max_policy_calls: int | None = None
+
+    def __post_init__(self) -> None:
+        _check(self.n, self.max_depth, self.max_policy_calls)
+
+    def __call__(
+        self,
+        env: gym.Env,
+        policy: Policy,
+        critic: Any = None,
+        *,
+        task_id: Any,
+        generator: torch.Generator | None = None,
+    ) -> SearchResult:
+        run = _Run(env, task_id, self.max_policy_calls)
+        trajectories = []
+        for _ in range(self.n):
+            if run.budget_spent():
+                break
+            run.position.goto(run.root)
+            node = run.root
+            while not node.terminal and node.depth < self.max_depth and not run.budget_spent():
+                candidate = run.propose(policy, node, 1, generator)[0]
+                node = run.step(node, candidate)
+            trajectories.append(
+                leaf_trajectory(run.tree, node, dense_reward=self.dense_reward, source="best_of_n")
+            )
+            run.stats["episodes"] += 1
+        best = max(trajectories, key=lambda t: t.reward, default=None)  # the first on a tie
+        return SearchResult(
+            tree=run.tree, trajectories=trajectories, best=best, stats=dict(run.stats)
+        )
+
+
+@dataclass
+class SelfConsistency:
+    """Arguments are the config keys of ``conf/search/self_consistency.yaml``.
+
+    Args:
+        n: composite actions sampled per step (the voters).
+        max_depth: step limit of the episode.
+        dense_reward: the episode's return is the env's score instead of 1/0 success.
+        max_policy_calls: policy calls (one per step, each sampling ``n``).
+    """
+
+    critic_kind: ClassVar[None] = None
+    has_visits: ClassVar[bool] = False
+
+    n: int = 5
+    max_depth: int = 10
+    dense_reward: bool = False
+    max_policy_calls: int | None = None
+
+    def __post_init__(self) -> None:
+        _check(self.n, self.max_depth, self.max_policy_calls)
+
+    def __call__(
+        self,
+        env: gym.Env,
+        policy: Policy,
+        critic: Any = None,
+        *,
+        task_id: Any,
+        generator: torch.Generator | None = None,
+    ) -> SearchResult:
+        run = _Run(env, task_id, self.max_policy_calls)
+        node = run.root
+        while not node.terminal and node.depth < self.max_depth and not run.budget_spent():
+            candidates = run.propose(policy, node, self.n, generator)
+            winner, shares = majority_vote(candidates)
+            chosen = None
+            for candidate in merge_duplicates(candidates):
+                if candidate.command == winner.command:
+                    chosen = run.step(node, winner, critic_score=shares[winner.command], kept=True)
+                else:  # a losing vote: recorded, never entered
+                    run.tree.add(
+                        child_node(node, candidate, shares[candidate.command])
+                    ).kept = False
+            node = chosen
+        run.stats["episodes"] = 1
+        trajectory = leaf_trajectory(
+            run.tree, node, dense_reward=self.dense_reward, source="self_consistency"
+        )
+        return SearchResult(
+            tree=run.tree, trajectories=[trajectory], best=trajectory, stats=dict(run.stats)
+        )
+
+
+def majority_vote(candidates: Sequence[Candidate]) -> tuple[Candidate, dict[str, float]]:
+    """The most frequent command (ties: the larger summed log-prob), its likeliest
+    text, and every command's vote share."""
+    counts = Counter(c.command for c in candidates)
+    summed: dict[str, float] = {}
+    for c in candidates:
+        summed[c.command] = summed.get(c.command, 0.0) + c.logprob
+    command = max(counts, key=lambda cmd: (counts[cmd], summed[cmd]))
+    winner = max((c for c in candidates if c.command == command), key=lambda c: c.logprob)
+    return winner, {cmd: k / len(candidates) for cmd, k in counts.items()}
+
+
+class _Run:
+    """The tree, the env position and the counters of one baseline search."""
+
+    def __init__(self, env: gym.Env, task_id: Any, max_policy_calls: int | None) -> None:
+        self.max_policy_calls = max_policy_calls
+        self.tree = Tree(task_id=task_id, alpha=0.0)
+        self.stats = {
+            "policy_calls": 0,
+            "critic_calls": 0,
+            "env_steps": 0,
+            "restores": 0,
+            "episodes": 0,
+        }
+        self.position = Position(env, task_id, self.tree, self.stats)
+        self.root = self.position.root()
+
+    def budget_spent(self) -> bool:
+        return (
+            self.max_policy_calls is not None
+            and self.stats["policy_calls"] >= self.max_policy_calls
+        )
+
+    def propose(
+        self, policy: Policy, node: Node, k: int, generator: torch.Generator | None
+    ) -> list[Candidate]:
+        candidates = policy.propose(node.history, k, generator=generator)
+        self.stats["policy_calls"] += 1
+        node.prompt = node.prompt or candidates[0].prompt
+        return candidates
+
+    def step(
+        self,
+        node: Node,
+        candidate: Candidate,
+        *,
+        critic_score: float = 0.0,
+        kept: bool | None = None,
+    ) -> Node:
+        """Add the edge ``candidate`` under ``node`` and step the env into it."""
+        child = self.tree.add(child_node(node, candidate, critic_score))
+        child.kept = kept
+        # Only the root is ever returned to (best-of-N starts every episode there).
+        self.position.enter(child, keep_snapshot=False)
+        return child
+
+
+def _check(n: int, max_depth: int, max_policy_calls: int | None) -> None:
+    if n < 1:
+        raise ValueError(f"search.n must be >= 1, got {n}")
+    if max_depth < 1:
+        raise ValueError(f"search.max_depth must be >= 1, got {max_depth}")
+    if max_policy_calls is not None and max_policy_calls < 1:
+        raise ValueError(f"search.max_policy_calls must be >= 1 or null, got {max_policy_calls}")
