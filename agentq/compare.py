@@ -23,6 +23,7 @@ import io
 import json
 import math
 import shlex
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,10 @@ class Method:
     name: str
     experiment: str  # suffix of conf/experiment/<env>_<suffix>.yaml
     overrides: tuple[str, ...] = ()
+    # Its first iteration searches exactly as the agentq run does (same experiment,
+    # seed and base policy): reuse those trees instead of searching again, so the
+    # objectives are compared on the same data, as in the papers' tables.
+    shares_collection: bool = False
 
 
 # Trained methods skip the base evaluation and search at inference: the mcts_dpo
@@ -53,11 +58,11 @@ SEARCH_ONLY = ("iterations=0", "eval.zero_shot=false")
 RECOVERY = ("eval.recovery=true", "eval.recovery_from={runs}/agentq")
 METHODS = (
     Method("agentq", "mcts_dpo", ("eval.recovery=true",)),
-    Method("rft", "rft", TRAINED_ONLY),
-    Method("traj_dpo", "traj_dpo", TRAINED_ONLY),
-    Method("agent_r", "agent_r", (*TRAINED_ONLY, *RECOVERY)),
+    Method("rft", "rft", TRAINED_ONLY, shares_collection=True),
+    Method("traj_dpo", "traj_dpo", TRAINED_ONLY, shares_collection=True),
+    Method("agent_r", "agent_r", (*TRAINED_ONLY, *RECOVERY), shares_collection=True),
     Method("tot_bfs", "tot_bfs", SEARCH_ONLY),
-    Method("best_of_n", "mcts_dpo", (*SEARCH_ONLY, "search=best_of_n")),
+    Method("best_of_n", "base", (*SEARCH_ONLY, "search=best_of_n")),
 )
 
 
@@ -94,6 +99,8 @@ def run_methods(env: str, out: Path, overrides: list[str], methods=METHODS) -> N
             print(f"[compare] {method.name}: finished before, skipped", flush=True)
             continue
         resume = [f"resume={run_dir}"] if (run_dir / "config.yaml").exists() else []
+        if method.shares_collection:
+            share_collection(out / "runs" / METHODS[0].name, run_dir)
         own = [o.format(runs=(out / "runs").resolve()) for o in method.overrides]
         args = [f"+experiment={env}_{method.experiment}", *own, *overrides, f"paths.run_dir={run_dir}"]
         print(f"[compare] {method.name}: {' '.join(args + resume)}", flush=True)
@@ -101,6 +108,16 @@ def run_methods(env: str, out: Path, overrides: list[str], methods=METHODS) -> N
             cfg = compose("config", overrides=args + resume)
         run(cfg)
         (run_dir / "done").write_text("")
+
+
+def share_collection(source: Path, run_dir: Path) -> None:
+    """Copy the first iteration's search results of ``source`` into ``run_dir``
+    (the loop skips tasks already collected)."""
+    target = run_dir / "iter_001" / "collect"
+    target.mkdir(parents=True, exist_ok=True)
+    for path in sorted((source / "iter_001" / "collect").glob("task_*.json")):
+        if not (target / path.name).exists():
+            shutil.copy2(path, target / path.name)
 
 
 def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -134,11 +151,22 @@ def read_episodes(run_dir: Path, iteration: str, mode: str) -> list[dict] | None
     return [json.loads(p.read_text()) for p in files] or None
 
 
+def trained_on(run_dir: Path, iteration: str) -> int | str:
+    """How many training examples the evaluated policy was trained on ("-" for the base policy)."""
+    summary = run_dir / "summary.json"
+    if iteration == "base" or not summary.exists():
+        return NOT_EVALUATED
+    last = json.loads(summary.read_text())["iterations"][-1]
+    return last.get("num_examples", NOT_EVALUATED)
+
+
 def table_rows(out: Path) -> list[dict]:
     rows = []
     for row in ROWS:
-        episodes = read_episodes(out / "runs" / row.method, row.iteration, row.mode)
+        run_dir = out / "runs" / row.method
+        episodes = read_episodes(run_dir, row.iteration, row.mode)
         entry = {"method": row.label, "source": f"{row.method}/{row.iteration}/{row.mode}"}
+        entry["examples"] = trained_on(run_dir, row.iteration)
         if episodes is None:
             rows.append(entry | {"tasks": 0})
             continue
@@ -163,18 +191,18 @@ def table_rows(out: Path) -> list[dict]:
 
 def to_markdown(rows: list[dict]) -> str:
     lines = [
-        "| method | success % [95% CI] | avg reward [95% CI] | tasks | model calls / task | source |",
-        "|---|---|---|---|---|---|",
+        "| method | success % [95% CI] | avg reward [95% CI] | tasks | model calls / task | trained on | source |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         if not r["tasks"]:
             dash = NOT_EVALUATED
-            lines.append(f"| {r['method']} | {dash} | {dash} | 0 | {dash} | {r['source']} |")
+            lines.append(f"| {r['method']} | {dash} | {dash} | 0 | {dash} | {r['examples']} | {r['source']} |")
             continue
         lines.append(
             f"| {r['method']} | {r['success_pct']:.1f} [{r['success_ci'][0]:.1f}, {r['success_ci'][1]:.1f}] "
             f"| {r['avg_reward']:.3f} [{r['reward_ci'][0]:.3f}, {r['reward_ci'][1]:.3f}] "
-            f"| {r['tasks']} | {r['model_calls']:.1f} | {r['source']} |"
+            f"| {r['tasks']} | {r['model_calls']:.1f} | {r['examples']} | {r['source']} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -182,7 +210,7 @@ def to_markdown(rows: list[dict]) -> str:
 def to_csv(rows: list[dict]) -> str:
     buffer = io.StringIO()
     fields = ["method", "success_pct", "success_lo", "success_hi", "avg_reward", "reward_lo", "reward_hi"]
-    fields += ["tasks", "model_calls", "source"]
+    fields += ["tasks", "model_calls", "examples", "source"]
     writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n")
     writer.writeheader()
     for r in rows:

@@ -153,9 +153,10 @@ def run(cfg: DictConfig) -> dict:
         log.info("resuming %s", run_dir)
     else:
         run_dir = Path(cfg.paths.run_dir)
+    parts = build(cfg)  # before config.yaml: a refused config leaves nothing to resume
+    if not cfg.get("resume"):
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
-    parts = build(cfg)
     if cfg.get("threads"):
         torch.set_num_threads(int(cfg.threads))
     seed_everything(cfg.seed)

@@ -1,5 +1,6 @@
 """What an iteration leaves in W&B besides scalars: its search trees as a table,
-its training examples as a dataset artifact and its adapter as a model artifact.
+the largest tree rendered, its training examples as a dataset artifact and its
+adapter as a model artifact.
 
 Everything here is also on disk in the run directory (the buffer's files), so a
 run without W&B loses nothing; this only makes the trees and data browsable
@@ -13,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from agentq.data.buffer import ReplayBuffer
+from agentq.search.tree import SearchResult
 
 TREE_COLUMNS = ["task", "node", "parent", "depth", "command", "q", "q_mcts", "visits", "critic_score"]
 TREE_COLUMNS += ["reward", "terminal", "success"]
@@ -25,10 +27,10 @@ def wandb_runs(loggers: Sequence[Any]) -> list[Any]:
     return [logger.experiment for logger in loggers if isinstance(logger, WandbLogger)]
 
 
-def tree_rows(buffer: ReplayBuffer, iteration: int) -> list[list[Any]]:
+def tree_rows(results: Sequence[SearchResult]) -> list[list[Any]]:
     """One row per node that the env stepped into, over all of the iteration's trees."""
     rows = []
-    for result in buffer.searches(iteration):
+    for result in results:
         tree = result.tree
         for node in tree.nodes:
             if not node.expanded_env and node.visits == 0 and node.kept is None:
@@ -47,12 +49,19 @@ def log_iteration(loggers: Sequence[Any], buffer: ReplayBuffer, iteration: int) 
         return
     import wandb
 
+    from agentq.report.tree_render import render_tree_svg
+
     folder = buffer.iteration_dir(iteration)
+    results = buffer.searches(iteration)
+    largest = max(results, key=lambda r: len(r.tree.nodes), default=None)
     for run in runs:
-        rows = tree_rows(buffer, iteration)
+        rows = tree_rows(results)
         if rows:
             # No explicit step: Lightning's training steps already advanced W&B's counter.
-            run.log({"search/trees": wandb.Table(columns=TREE_COLUMNS, data=rows), "iteration": iteration})
+            logged = {"search/trees": wandb.Table(columns=TREE_COLUMNS, data=rows), "iteration": iteration}
+            if largest is not None:
+                logged["search/largest_tree"] = wandb.Html(render_tree_svg(largest.tree.to_dict()))
+            run.log(logged)
         examples = folder / "examples.jsonl"
         if examples.exists():
             artifact = wandb.Artifact(f"examples-iter{iteration}", type="dataset", metadata={"iteration": iteration})

@@ -47,6 +47,6 @@ def test_table_rows_come_from_the_evaluation_files(tmp_path):
     assert rows["Agent Q + MCTS"]["success_pct"] == 100.0 and rows["Agent Q + MCTS"]["avg_reward"] == 0.75
     assert rows["RFT"]["tasks"] == 0 and rows["Agent-R (zero-shot)"]["tasks"] == 0  # not evaluated / no run
     markdown = compare.to_markdown(list(rows.values()))
-    assert "| base | 50.0 [" in markdown and "| RFT | - | - | 0 |" in markdown
+    assert "| base | 50.0 [" in markdown and "| RFT | - | - | 0 | - | - |" in markdown
     lines = compare.to_csv(list(rows.values())).splitlines()
     assert lines[0].startswith("method,success_pct") and len(lines) == 1 + len(compare.ROWS)

@@ -134,6 +134,7 @@ def test_wandb_offline_run_holds_trees_examples_and_adapter(make_cfg, monkeypatc
     (table,) = (offline / "files" / "media" / "table" / "search").glob("trees_*.table.json")
     data = json.loads(table.read_text())
     assert data["columns"][:5] == ["task", "node", "parent", "depth", "command"] and data["data"]
+    assert list((offline / "files" / "media" / "html" / "search").glob("largest_tree_*.html"))
     records = next(offline.glob("run-*.wandb")).read_bytes()
     assert b"examples-iter1" in records and b"adapter-iter1" in records  # the two artifacts
 

@@ -8,18 +8,51 @@ the adapters of iterations 1..i-1, merged in order.
 
 :func:`fit` trains on any one kind of example: step pairs or trajectory pairs
 with a preference objective, SFT examples with an SFT objective.
+
+Data-parallel training (``trainer=ddp_cpu``: ``strategy: ddp_spawn``). The loop
+collects and evaluates in the main process and only ``trainer.fit`` is
+distributed, so the strategy must start its workers for ``fit`` alone: a
+``_MultiProcessingLauncher`` (``ddp_spawn``, ``ddp_fork``) does, and Lightning
+loads rank 0's weights back into the main process's module when they join (so
+the adapter saved here and the model the loop merges are the trained ones).
+``strategy: ddp`` (and ``fsdp``) re-execute ``sys.argv`` for every rank, which
+would rerun the whole Hydra job: refused here unless a launcher such as
+``torchrun`` started the ranks (then every rank runs the whole loop). Under a
+spawning strategy:
+
+- each rank draws ``batch_size`` examples per step (Lightning adds a
+  ``DistributedSampler``): the effective batch is ``devices x batch_size``, and
+  an epoch is ``ceil(N / devices / batch_size)`` steps;
+- the module (peft model, objective, optimiser factory), the data loader and the
+  loggers are pickled into the workers: the optimiser factory must be picklable
+  (Hydra's ``_partial_`` is, a lambda is not);
+- the per-step metrics live in the workers: :class:`StepHistory` combines them
+  over ranks (:meth:`AdapterModule.history_over_ranks`: mean, or sum for token
+  counts) and rank 0 writes them to ``out_dir/train_steps.json``, which is where
+  the returned metrics come from (for one process too); the main process's loggers
+  receive them after ``fit`` (the workers log nothing themselves, so two processes
+  never write one logger's files);
+- ``last.ckpt`` (adapter only) is written by rank 0 and read by every rank on resume.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
+from hydra.utils import instantiate
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.strategies.launchers import (
+    _MultiProcessingLauncher,
+    _SubprocessScriptLauncher,
+)
 from peft import LoraConfig, PeftModel, get_peft_model
 from torch import nn
 from torch.utils.data import DataLoader
@@ -88,25 +121,38 @@ def fit(
     module: AdapterModule = module_cls(
         peft_model, objective, optimizer, rows_per_forward=2 * batch_size, **options
     )
+    checkpoints = out_dir / "checkpoints"
+    history = out_dir / STEP_HISTORY
+    history.unlink(missing_ok=True)
+    trainer = L.Trainer(
+        **with_strategy(lightning),
+        logger=list(loggers) if loggers else False,
+        callbacks=[
+            ModelCheckpoint(dirpath=checkpoints, save_last=True, every_n_train_steps=checkpoint_every_n_steps),
+            StepHistory(history),
+        ],
+        default_root_dir=str(out_dir),
+        enable_model_summary=False,
+    )
+    in_workers = trains_in_workers(trainer)
+    if in_workers:
+        trainer.loggers = []  # logged from here after fit (see the module docstring)
     loader = DataLoader(
         dataset,
         batch_size=batch_size,
         shuffle=True,
         collate_fn=collate,
-        generator=torch.Generator().manual_seed(seed),
-    )
-    checkpoints = out_dir / "checkpoints"
-    trainer = L.Trainer(
-        **lightning,
-        logger=list(loggers) if loggers else False,
-        callbacks=[
-            ModelCheckpoint(dirpath=checkpoints, save_last=True, every_n_train_steps=checkpoint_every_n_steps)
-        ],
-        default_root_dir=str(out_dir),
-        enable_model_summary=False,
+        # A torch.Generator cannot be pickled into spawned workers; there the
+        # DistributedSampler shuffles, seeded from PL_GLOBAL_SEED (worker_seed).
+        generator=None if in_workers else torch.Generator().manual_seed(seed),
     )
     last = checkpoints / "last.ckpt"
-    trainer.fit(module, loader, ckpt_path=str(last) if last.exists() else None)
+    with worker_seed(seed) if in_workers else contextlib.nullcontext():
+        trainer.fit(module, loader, ckpt_path=str(last) if last.exists() else None)
+    if history.exists():  # rank 0's record: the main process's module has not seen the workers' steps
+        module.history = json.loads(history.read_text())["history"]
+    if in_workers and loggers:
+        log_history(loggers, module.history)
     save_adapter(peft_model, out_dir / "adapter")
     shutil.rmtree(checkpoints, ignore_errors=True)  # the adapter is the durable result
     if gradient_checkpointing:
@@ -117,6 +163,77 @@ def fit(
 
 # The step-pair entry point this module started with.
 fit_preferences = fit
+
+# Rank 0's per-step metrics (combined over ranks) and the world size, in fit's out_dir.
+STEP_HISTORY = "train_steps.json"
+
+
+class StepHistory(Callback):
+    """At the end of training, write the per-step metrics combined over ranks (and
+    the world size) to ``path`` from rank 0: the only way they reach the main
+    process when the ranks are spawned workers."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: AdapterModule) -> None:
+        history = pl_module.history_over_ranks()  # a collective: every rank calls it
+        if trainer.is_global_zero:
+            record = {"world_size": trainer.world_size, "history": history}
+            tmp = self.path.with_name(self.path.name + ".tmp")
+            tmp.write_text(json.dumps(record))
+            tmp.replace(self.path)
+
+
+def with_strategy(lightning: Mapping[str, Any]) -> dict[str, Any]:
+    """``lightning`` with a ``strategy`` given as a config (``_target_``) instantiated:
+    strategies with options (FSDP's wrap policy) are objects, not names."""
+    kwargs = dict(lightning)
+    strategy = kwargs.get("strategy")
+    if isinstance(strategy, Mapping) and "_target_" in strategy:
+        kwargs["strategy"] = instantiate(strategy, _convert_="all")
+    return kwargs
+
+
+def trains_in_workers(trainer: L.Trainer) -> bool:
+    """True when ``fit`` runs in worker processes that this process starts and
+    joins (``ddp_spawn``, ``ddp_fork``); refuses a strategy that would re-execute
+    the command line, i.e. the whole run, once per rank."""
+    launcher = trainer.strategy.launcher
+    if isinstance(launcher, _SubprocessScriptLauncher):
+        name = type(trainer.strategy).__name__
+        raise ValueError(
+            f"trainer.lightning.strategy: {name} starts its other ranks by re-executing the command line, "
+            "which would rerun the whole job (collection, evaluation) in each of them (DESIGN §11). "
+            "On CPU use trainer=ddp_cpu (strategy ddp_spawn); to run one process per rank, "
+            "start them with torchrun (every rank then runs the whole loop)"
+        )
+    return isinstance(launcher, _MultiProcessingLauncher)
+
+
+@contextlib.contextmanager
+def worker_seed(seed: int) -> Iterator[None]:
+    """Spawned workers inherit the environment: Lightning seeds each worker's RNGs
+    and the DistributedSampler's shuffle from ``PL_GLOBAL_SEED``."""
+    before = os.environ.get("PL_GLOBAL_SEED")
+    os.environ["PL_GLOBAL_SEED"] = str(seed)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("PL_GLOBAL_SEED", None)
+        else:
+            os.environ["PL_GLOBAL_SEED"] = before
+
+
+def log_history(loggers: Sequence[Any], history: Sequence[dict[str, float]]) -> None:
+    """Send per-step metrics to the loggers, as the module's ``self.log`` would have."""
+    for step, row in enumerate(history):
+        metrics = {f"train/{k}": v for k, v in row.items() if k != "epoch"} | {"epoch": row["epoch"]}
+        for logger in loggers:
+            logger.log_metrics(metrics, step=step)
+    for logger in loggers:
+        logger.save()
 
 
 def check_compatible(examples: Sequence[Example], objective: nn.Module) -> str:

@@ -16,6 +16,7 @@ from typing import Any
 
 import lightning as L
 import torch
+from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 
 from agentq.models.logprobs import pair_logprobs, segment_logprobs
@@ -82,6 +83,29 @@ class AdapterModule(L.LightningModule):
             total = sum(row[key] for row in rows)
             metrics[key] = total if key in self.summed_metrics else total / len(rows)
         return metrics | {"steps": len(self.history)}
+
+    def history_over_ranks(self) -> list[dict[str, float]]:
+        """The per-step history combined over data-parallel ranks: each step's metric
+        averaged over the ranks (summed for ``summed_metrics``), i.e. over the global
+        batch of ``world_size x batch_size`` examples. A collective: every rank calls it."""
+        if self.trainer.world_size <= 1 or not self.history:
+            return list(self.history)
+        keys = [k for k in self.history[0] if k != "epoch"]
+        rows = torch.tensor([[row[k] for k in keys] for row in self.history], dtype=torch.float64)  # (R, M)
+        counts = self.all_gather(torch.tensor(rows.shape[0]))  # (W,)
+        if not bool((counts == rows.shape[0]).all()):
+            # DistributedSampler pads every rank to the same number of batches, so this
+            # only happens if ranks resumed from different checkpoints.
+            rank_zero_warn(f"ranks ran different numbers of steps {counts.tolist()}: keeping each rank's own metrics")
+            return list(self.history)
+        gathered = self.all_gather(rows)  # (W, R, M)
+        combined = gathered.mean(dim=0)  # (R, M)
+        summed = [i for i, k in enumerate(keys) if k in self.summed_metrics]
+        combined[:, summed] = gathered[:, :, summed].sum(dim=0)
+        return [
+            {"epoch": row["epoch"], **dict(zip(keys, values.tolist(), strict=True))}
+            for row, values in zip(self.history, combined, strict=True)
+        ]
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return self.optimizer_factory([p for p in self.parameters() if p.requires_grad])
