@@ -17,10 +17,14 @@ from tests.conftest import ROOT
 pytestmark = pytest.mark.slow
 
 
-def check_summary(summary: dict, iterations: int) -> None:
+def check_summary(summary: dict, iterations: int, modes=("zero_shot", "search"), base: bool = True) -> None:
     assert [it["iteration"] for it in summary["iterations"]] == list(range(iterations + 1))
     for it in summary["iterations"]:
-        for mode in ("zero_shot", "search"):
+        if it["iteration"] == 0 and not base:
+            assert it["eval"] == {}
+            continue
+        assert set(it["eval"]) == set(modes)
+        for mode in modes:
             ev = it["eval"][mode]
             assert 0.0 <= ev["success_rate"] <= 1.0 and 0.0 <= ev["avg_reward"] <= 1.0
             assert ev["num_tasks"] > 0

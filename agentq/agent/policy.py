@@ -56,6 +56,9 @@ class Sampling:
             (:mod:`agentq.models.constrained`); the rest of the composite stays free.
         reuse_prefix_cache: keep the last prompt's KV cache and prefill only what
             the next prompt adds (:mod:`agentq.models.prefix_cache`).
+        backend: ``"hf"`` (:mod:`agentq.models.sampling`) or ``"vllm"``
+            (:mod:`agentq.models.vllm_sampling`, CUDA machines; the two options
+            above are HF-only).
     """
 
     max_new_tokens: int = 96
@@ -64,8 +67,22 @@ class Sampling:
     max_prompt_tokens: int = 2048
     constrain_command: bool = False
     reuse_prefix_cache: bool = True
+    backend: str = "hf"
 
     def __post_init__(self) -> None:
+        if self.backend not in ("hf", "vllm"):
+            raise ValueError(f"agent.sampling.backend must be 'hf' or 'vllm', got {self.backend!r}")
+        if self.backend == "vllm":
+            from agentq.models.vllm_sampling import require_vllm
+
+            require_vllm()  # fails here, before any model loads
+            hf_only = [k for k in ("constrain_command", "reuse_prefix_cache") if getattr(self, k)]
+            if hf_only:
+                raise ValueError(
+                    f"agent.sampling.backend=vllm cannot be combined with the HF-only {' and '.join(hf_only)} "
+                    "(vLLM has its own prefix caching; constrained decoding masks the logits at every step): set "
+                    + " ".join(f"agent.sampling.{k}=false" for k in hf_only)
+                )
         if self.max_new_tokens < 1:
             raise ValueError(f"agent.sampling.max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if self.temperature < 0:
@@ -97,6 +114,12 @@ class LLMPolicy:
         self._token_table: TokenTable | None = None
         # Prompts share the system message, demonstrations and earlier actions.
         self.prefix_cache = PrefixCache(enabled=sampling.reuse_prefix_cache)
+        self._vllm = None  # the HF path, unless vLLM serves this model's weights
+        if sampling.backend == "vllm":
+            from agentq.models.vllm_sampling import VLLMSampler
+
+            budget = sampling.max_prompt_tokens + sampling.max_new_tokens
+            self._vllm = VLLMSampler(model, tokenizer, max_model_len=budget)
 
     def encode(self, messages: Messages) -> list[int]:
         return encode_chat(self.tokenizer, messages, self.sampling.max_prompt_tokens)
@@ -107,19 +130,25 @@ class LLMPolicy:
         from agentq.models.sampling import sample_k
 
         messages = self.prompt(history)
-        samples = sample_k(
-            self.model,
-            self.encode(messages),
-            k,
-            tokenizer=self.tokenizer,
-            max_new_tokens=self.sampling.max_new_tokens,
-            temperature=0.0 if greedy else self.sampling.temperature,
-            top_p=self.sampling.top_p,
-            eos_token_ids=self.eos_token_ids,
-            generator=generator,
-            constraint=self._constraint(history),
-            prefix_cache=self.prefix_cache,
-        )
+        decoding = {
+            "max_new_tokens": self.sampling.max_new_tokens,
+            "temperature": 0.0 if greedy else self.sampling.temperature,
+            "top_p": self.sampling.top_p,
+            "eos_token_ids": self.eos_token_ids,
+            "generator": generator,
+        }
+        if self._vllm is not None:
+            samples = self._vllm.sample_k(self.encode(messages), k, **decoding)
+        else:
+            samples = sample_k(
+                self.model,
+                self.encode(messages),
+                k,
+                tokenizer=self.tokenizer,
+                constraint=self._constraint(history),
+                prefix_cache=self.prefix_cache,
+                **decoding,
+            )
         self.num_calls += 1
         candidates = []
         for sample in samples:

@@ -6,6 +6,8 @@ Layout under the run directory::
     iter_001/examples.jsonl         training examples built from them (step pairs,
                                     trajectory pairs or SFT examples), one per line
     iter_001/train.json             training metrics (written when training finished)
+    iter_001/train_steps.json       per-step metrics from rank 0 (and the world size)
+    iter_001/seconds.json           wall time of each phase
     iter_001/adapter/               the LoRA adapter trained in this iteration
     iter_001/eval/<mode>/<task>.json  one evaluation episode per task
     summary.json

@@ -12,27 +12,32 @@ with a preference objective, SFT examples with an SFT objective.
 Data-parallel training (``trainer=ddp_cpu``: ``strategy: ddp_spawn``). The loop
 collects and evaluates in the main process and only ``trainer.fit`` is
 distributed, so the strategy must start its workers for ``fit`` alone: a
-``_MultiProcessingLauncher`` (``ddp_spawn``, ``ddp_fork``) does, and Lightning
-loads rank 0's weights back into the main process's module when they join (so
-the adapter saved here and the model the loop merges are the trained ones).
-``strategy: ddp`` (and ``fsdp``) re-execute ``sys.argv`` for every rank, which
-would rerun the whole Hydra job: refused here unless a launcher such as
-``torchrun`` started the ranks (then every rank runs the whole loop). Under a
-spawning strategy:
+``_MultiProcessingLauncher`` (``ddp_spawn``) does, and Lightning loads rank 0's
+weights back into the main process's module when they join (so the adapter
+saved here and the model the loop merges are the trained ones). ``ddp_fork``
+starts in under a second instead of ~13 s, but a forked worker hangs once this
+process has run multi-threaded (OpenMP) ops, so it is refused unless torch runs
+one thread. ``strategy: ddp`` re-executes ``sys.argv`` for every other rank,
+which would rerun the whole Hydra job: refused (ranks started by ``torchrun``
+pass, but then every rank runs the whole loop). Sharded strategies (FSDP) are
+refused: see conf/trainer/fsdp_gpu.yaml. Under a spawning strategy:
 
 - each rank draws ``batch_size`` examples per step (Lightning adds a
   ``DistributedSampler``): the effective batch is ``devices x batch_size``, and
   an epoch is ``ceil(N / devices / batch_size)`` steps;
-- the module (peft model, objective, optimiser factory), the data loader and the
-  loggers are pickled into the workers: the optimiser factory must be picklable
-  (Hydra's ``_partial_`` is, a lambda is not);
+- the module (peft model, objective, optimiser factory) and the data loader are
+  pickled into the workers: the optimiser factory must be picklable (Hydra's
+  ``_partial_`` is, a lambda is not), and gradient checkpointing is switched on
+  in the worker (``AdapterModule.setup``); rank 0 sends the whole module state
+  back through a temporary file (about 540 MB for SmolLM2-135M in fp32);
 - the per-step metrics live in the workers: :class:`StepHistory` combines them
   over ranks (:meth:`AdapterModule.history_over_ranks`: mean, or sum for token
   counts) and rank 0 writes them to ``out_dir/train_steps.json``, which is where
   the returned metrics come from (for one process too); the main process's loggers
   receive them after ``fit`` (the workers log nothing themselves, so two processes
   never write one logger's files);
-- ``last.ckpt`` (adapter only) is written by rank 0 and read by every rank on resume.
+- ``last.ckpt`` (adapter only) is written by rank 0 and read by every rank on
+  resume (the steps before the restart then count with rank 0's metrics only).
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ import lightning as L
 import torch
 from hydra.utils import instantiate
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.strategies import FSDPStrategy
 from lightning.pytorch.strategies.launchers import (
     _MultiProcessingLauncher,
     _SubprocessScriptLauncher,
@@ -109,23 +115,14 @@ def fit(
             "trainer.shared_prefix needs the prompt's KV cache, which gradient checkpointing "
             "turns off: set trainer.gradient_checkpointing=false or trainer.shared_prefix=false"
         )
+    lightning = with_strategy(lightning)
+    check_strategy(lightning.get("strategy"))
     dataset = ExampleDataset(examples, tokenizer, max_prompt_tokens)
-    torch.manual_seed(seed)  # LoRA A init
-    peft_model = get_peft_model(model, lora)
-    if gradient_checkpointing:  # activations of long prompts dominate memory: recompute them
-        peft_model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        peft_model.enable_input_require_grads()
-    peft_model.train()
-    module_cls, collate = PIPELINES[kind]
-    options = {"use_logged_reference": use_logged_reference, "shared_prefix": shared_prefix} if kind == "preference" else {}
-    module: AdapterModule = module_cls(
-        peft_model, objective, optimizer, rows_per_forward=2 * batch_size, **options
-    )
     checkpoints = out_dir / "checkpoints"
     history = out_dir / STEP_HISTORY
     history.unlink(missing_ok=True)
     trainer = L.Trainer(
-        **with_strategy(lightning),
+        **lightning,
         logger=list(loggers) if loggers else False,
         callbacks=[
             ModelCheckpoint(dirpath=checkpoints, save_last=True, every_n_train_steps=checkpoint_every_n_steps),
@@ -137,6 +134,15 @@ def fit(
     in_workers = trains_in_workers(trainer)
     if in_workers:
         trainer.loggers = []  # logged from here after fit (see the module docstring)
+    torch.manual_seed(seed)  # LoRA A init
+    peft_model = get_peft_model(model, lora)
+    peft_model.train()
+    module_cls, collate = PIPELINES[kind]
+    options = {"use_logged_reference": use_logged_reference, "shared_prefix": shared_prefix} if kind == "preference" else {}
+    module: AdapterModule = module_cls(
+        peft_model, objective, optimizer, rows_per_forward=2 * batch_size,
+        gradient_checkpointing=gradient_checkpointing, **options
+    )
     loader = DataLoader(
         dataset,
         batch_size=batch_size,
@@ -155,8 +161,6 @@ def fit(
         log_history(loggers, module.history)
     save_adapter(peft_model, out_dir / "adapter")
     shutil.rmtree(checkpoints, ignore_errors=True)  # the adapter is the durable result
-    if gradient_checkpointing:
-        peft_model.gradient_checkpointing_disable()
     peft_model.eval()
     return peft_model, module.last_epoch_metrics()
 
@@ -180,6 +184,7 @@ class StepHistory(Callback):
         history = pl_module.history_over_ranks()  # a collective: every rank calls it
         if trainer.is_global_zero:
             record = {"world_size": trainer.world_size, "history": history}
+            self.path.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.path.with_name(self.path.name + ".tmp")
             tmp.write_text(json.dumps(record))
             tmp.replace(self.path)
@@ -195,6 +200,19 @@ def with_strategy(lightning: Mapping[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
+def check_strategy(strategy: Any) -> None:
+    """Refuse sharded strategies: fit saves, merges and evaluates the adapter in the
+    process that called it, which needs all of the weights, and FSDP leaves each
+    rank a shard (conf/trainer/fsdp_gpu.yaml says what is missing)."""
+    name = strategy if isinstance(strategy, str) else type(strategy).__name__
+    if isinstance(strategy, FSDPStrategy) or name.lower().startswith(("fsdp", "deepspeed")):
+        raise ValueError(
+            f"trainer.lightning.strategy: {name} shards the weights across ranks, which this loop "
+            "cannot use yet (fit merges and evaluates the adapter in-process); use trainer=ddp_gpu "
+            "or trainer=ddp_cpu"
+        )
+
+
 def trains_in_workers(trainer: L.Trainer) -> bool:
     """True when ``fit`` runs in worker processes that this process starts and
     joins (``ddp_spawn``, ``ddp_fork``); refuses a strategy that would re-execute
@@ -205,10 +223,16 @@ def trains_in_workers(trainer: L.Trainer) -> bool:
         raise ValueError(
             f"trainer.lightning.strategy: {name} starts its other ranks by re-executing the command line, "
             "which would rerun the whole job (collection, evaluation) in each of them (DESIGN §11). "
-            "On CPU use trainer=ddp_cpu (strategy ddp_spawn); to run one process per rank, "
-            "start them with torchrun (every rank then runs the whole loop)"
+            "Use strategy ddp_spawn: trainer=ddp_cpu, or trainer=ddp_gpu"
         )
-    return isinstance(launcher, _MultiProcessingLauncher)
+    if not isinstance(launcher, _MultiProcessingLauncher):
+        return False
+    if getattr(launcher, "_start_method", "spawn") == "fork" and torch.get_num_threads() > 1:
+        raise ValueError(
+            "trainer.lightning.strategy: forked workers hang once this process has used "
+            f"{torch.get_num_threads()} OpenMP threads: use ddp_spawn (trainer=ddp_cpu), or threads=1"
+        )
+    return True
 
 
 @contextlib.contextmanager

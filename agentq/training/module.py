@@ -33,6 +33,7 @@ class AdapterModule(L.LightningModule):
         objective: the loss module.
         optimizer: builds the optimiser from the trainable parameters.
         rows_per_forward: segment rows scored in one forward pass.
+        gradient_checkpointing: recompute activations in the backward pass.
     """
 
     # Metrics summed, not averaged, over the last epoch.
@@ -45,15 +46,28 @@ class AdapterModule(L.LightningModule):
         optimizer: Callable[..., torch.optim.Optimizer],
         *,
         rows_per_forward: int = 8,
+        gradient_checkpointing: bool = False,
     ) -> None:
         super().__init__()
         self.model = model
         self.objective = objective
         self.optimizer_factory = optimizer
         self.rows_per_forward = rows_per_forward
+        self.gradient_checkpointing = gradient_checkpointing
         # Checkpoints hold the adapter only (see on_save_checkpoint).
         self.strict_loading = False
         self.history: list[dict[str, float]] = []  # per step: "epoch" and the logged metrics
+
+    def setup(self, stage: str) -> None:
+        # Here rather than before fit: setup runs in the process that trains (a
+        # spawned worker under ddp_spawn), and the input hook below cannot be pickled.
+        if self.gradient_checkpointing:  # activations of long prompts dominate memory: recompute them
+            self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            self.model.enable_input_require_grads()
+
+    def teardown(self, stage: str) -> None:
+        if self.gradient_checkpointing:
+            self.model.gradient_checkpointing_disable()
 
     def score(self, segments: Segments) -> torch.Tensor:
         """(S,) summed log-probs of the sequences the segments make up."""
@@ -141,8 +155,11 @@ class PreferenceModule(AdapterModule):
         use_logged_reference: bool = False,
         shared_prefix: bool = False,
         rows_per_forward: int = 8,
+        gradient_checkpointing: bool = False,
     ) -> None:
-        super().__init__(model, objective, optimizer, rows_per_forward=rows_per_forward)
+        super().__init__(
+            model, objective, optimizer, rows_per_forward=rows_per_forward, gradient_checkpointing=gradient_checkpointing
+        )
         self.use_logged_reference = use_logged_reference
         self.shared_prefix = shared_prefix
 
