@@ -147,19 +147,20 @@ def _check_env_id(env_id: str) -> None:
 
 def run(cfg: DictConfig) -> dict:
     """Run (or resume) the loop; returns the summary written to ``summary.json``."""
-    if cfg.get("resume"):
+    resuming = bool(cfg.get("resume"))
+    if resuming:
         run_dir = Path(cfg.resume)
         cfg = OmegaConf.load(run_dir / "config.yaml")
         log.info("resuming %s", run_dir)
     else:
         run_dir = Path(cfg.paths.run_dir)
     parts = build(cfg)  # before config.yaml: a refused config leaves nothing to resume
-    if not cfg.get("resume"):
+    if not resuming:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     if cfg.get("threads"):
         torch.set_num_threads(int(cfg.threads))
-    seed_everything(cfg.seed)
+    seed_everything(cfg.seed, parts.env)
     record_run_info(run_dir, cfg)
     buffer = ReplayBuffer(run_dir)
     loggers = make_loggers(cfg, run_dir)
@@ -361,10 +362,15 @@ def record_run_info(run_dir: Path, cfg: DictConfig) -> None:
     write_json(path, {"starts": starts})
 
 
-def seed_everything(seed: int) -> None:
+def seed_everything(seed: int, env: gym.Env | None = None) -> None:
+    """Python, NumPy, torch and the env's own generator from one key. (The loop
+    always names the task it resets to, so the env draws from it only for tasks
+    it picks itself; search and evaluation seed per task, see ``ev.task_seed``.)"""
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
+    if env is not None:
+        env.unwrapped.np_random = gym.utils.seeding.np_random(seed)[0]
 
 
 def make_loggers(cfg: DictConfig, run_dir: Path) -> list:
