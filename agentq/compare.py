@@ -236,11 +236,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--env", required=True, help="textcraft, webshop, sciworld or opentable")
     parser.add_argument("--out", type=Path, help="folder of the runs and the table (default experiments/<env>_compare)")
     parser.add_argument("--table-only", action="store_true", help="rebuild the table from finished runs")
+    parser.add_argument(
+        "--methods", help=f"comma-separated subset of {','.join(m.name for m in METHODS)} (default: all)"
+    )
     args, overrides = parser.parse_known_args(argv)
     out = args.out or Path("experiments") / f"{args.env}_compare"
     out.mkdir(parents=True, exist_ok=True)
+    methods = METHODS
+    if args.methods:
+        chosen = args.methods.split(",")
+        unknown = set(chosen) - {m.name for m in METHODS}
+        if unknown:
+            parser.error(f"unknown methods {sorted(unknown)}: choose from {[m.name for m in METHODS]}")
+        if METHODS[0].name not in chosen:
+            parser.error(f"{METHODS[0].name} is needed: its run gives the base rows and the shared trees")
+        methods = tuple(m for m in METHODS if m.name in chosen)
     if not args.table_only:
-        run_methods(args.env, out, overrides)
+        run_methods(args.env, out, overrides, methods)
     print(write_table(out, "python -m agentq.compare " + shlex.join(argv)))
 
 
