@@ -86,14 +86,7 @@ def recovery(
                 env, policy, history, max_steps=max_steps - prefix_steps, greedy=True, generator=generator
             )
             steps += continuation
-        trajectory = Trajectory(
-            task_id=task_id,
-            steps=steps,
-            reward=outcome.value(dense_reward),
-            success=outcome.success,
-            score=outcome.score,
-            source="recovery",
-        )
+        trajectory = outcome.trajectory(task_id, steps, dense_reward=dense_reward, source="recovery")
         stats = {"policy_calls": getattr(policy, "num_calls", 0) - before, "prefix_steps": prefix_steps}
         return trajectory, stats
 

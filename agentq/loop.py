@@ -301,7 +301,7 @@ def write_summary(cfg, buffer: ReplayBuffer, run_dir: Path, wall_seconds: float)
             if path.exists():
                 entry["eval"][mode] = read_json(path)
         if iteration > 0:
-            entry["num_examples"] = len(buffer.examples(iteration)) if buffer.has_examples(iteration) else 0
+            entry["num_examples"] = buffer.num_examples(iteration)
             train = buffer.train_metrics_path(iteration)
             entry["train"] = read_json(train) if train.exists() else None
         seconds = folder / "seconds.json"

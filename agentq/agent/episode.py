@@ -29,6 +29,17 @@ class Outcome:
         """The return R used by search and evaluation: 1/0 success, or the env score."""
         return self.score if dense_reward else float(self.success)
 
+    def trajectory(self, task_id: Any, steps: list[Step], *, dense_reward: bool, source: str) -> Trajectory:
+        """The steps that led here, with this outcome's return (every search and episode)."""
+        return Trajectory(
+            task_id=task_id,
+            steps=steps,
+            reward=self.value(dense_reward),
+            success=self.success,
+            score=self.score,
+            source=source,
+        )
+
 
 def start(env: gym.Env, task_id: Any) -> History:
     observation, info = env.reset(options={"task_id": task_id})
@@ -80,14 +91,7 @@ def run_episode(
     steps, outcome = rollout(
         env, policy, start(env, task_id), max_steps=max_steps, greedy=True, generator=generator
     )
-    return Trajectory(
-        task_id=task_id,
-        steps=steps,
-        reward=outcome.value(dense_reward),
-        success=outcome.success,
-        score=outcome.score,
-        source="greedy",
-    )
+    return outcome.trajectory(task_id, steps, dense_reward=dense_reward, source="greedy")
 
 
 def _valid(info: dict) -> tuple[str, ...] | None:

@@ -88,6 +88,12 @@ class ReplayBuffer:
         lines = [json.dumps({"type": tags[type(e)], **e.to_dict()}) + "\n" for e in examples]
         atomic_write_text(self._examples_path(iteration), "".join(lines))
 
+    def num_examples(self, iteration: int) -> int:
+        """How many examples an iteration has (without parsing them: summaries need only this)."""
+        if not self.has_examples(iteration):
+            return 0
+        return sum(1 for line in self._examples_path(iteration).read_text().splitlines() if line.strip())
+
     def examples(self, iteration: int) -> list[Any]:
         examples = []
         for line in self._examples_path(iteration).read_text().splitlines():

@@ -44,7 +44,7 @@ from agentq.agent import episode
 from agentq.agent.policy import Candidate, Policy
 from agentq.agent.prompt import History
 from agentq.data.trajectory import Step, Trajectory
-from agentq.search.position import Position, child_node, merge_duplicates, path_steps
+from agentq.search.position import Position, budget_spent, child_node, merge_duplicates, path_steps
 from agentq.search.tree import Node, SearchResult, Tree, ucb_score
 
 
@@ -107,7 +107,7 @@ class MCTS:
     ) -> SearchResult:
         run = _Run(self, env, policy, critic, task_id, generator)
         for _ in range(self.num_simulations):
-            if self.max_policy_calls is not None and run.stats["policy_calls"] >= self.max_policy_calls:
+            if budget_spent(run.stats, self.max_policy_calls):
                 break
             run.simulate()
         return run.result()
@@ -143,7 +143,7 @@ class _Run:
             self.position.enter(node)
         value = outcome.value(self.cfg.dense_reward)
         self._backpropagate(node, value)
-        self._record(node, rollout, outcome, value)
+        self._record(node, rollout, outcome)
         self.stats["simulations"] += 1
 
     def _select(self, node: Node) -> Node:
@@ -189,17 +189,10 @@ class _Run:
             n.q_mcts = (n.q_mcts * n.visits + value) / (n.visits + 1)
             n.visits += 1
 
-    def _record(self, node: Node, rollout: list[Step], outcome: episode.Outcome, value: float) -> None:
+    def _record(self, node: Node, rollout: list[Step], outcome: episode.Outcome) -> None:
         steps = path_steps(self.tree, node)
         self.trajectories.append(
-            Trajectory(
-                task_id=self.task_id,
-                steps=steps + rollout,
-                reward=value,
-                success=outcome.success,
-                score=outcome.score,
-                source="mcts",
-            )
+            outcome.trajectory(self.task_id, steps + rollout, dense_reward=self.cfg.dense_reward, source="mcts")
         )
 
     def result(self) -> SearchResult:

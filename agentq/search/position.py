@@ -132,11 +132,9 @@ def leaf_trajectory(tree: Tree, node: Node, *, dense_reward: bool, source: str) 
     """The root-to-``node`` path as a trajectory whose return is the node's outcome
     (0 / the score so far when the search stopped before the episode ended)."""
     outcome = episode.Outcome(node.terminal, node.success, node.score)
-    return Trajectory(
-        task_id=tree.task_id,
-        steps=path_steps(tree, node),
-        reward=outcome.value(dense_reward),
-        success=outcome.success,
-        score=outcome.score,
-        source=source,
-    )
+    return outcome.trajectory(tree.task_id, path_steps(tree, node), dense_reward=dense_reward, source=source)
+
+
+def budget_spent(stats: dict[str, float], max_policy_calls: int | None) -> bool:
+    """Every search's ``max_policy_calls``: nothing new starts once it is reached."""
+    return max_policy_calls is not None and stats["policy_calls"] >= max_policy_calls

@@ -32,7 +32,13 @@ import gymnasium as gym
 import torch
 
 from agentq.agent.policy import Candidate, Policy
-from agentq.search.position import Position, child_node, leaf_trajectory, merge_duplicates
+from agentq.search.position import (
+    Position,
+    budget_spent,
+    child_node,
+    leaf_trajectory,
+    merge_duplicates,
+)
 from agentq.search.tree import Node, SearchResult, Tree
 
 
@@ -170,10 +176,7 @@ class _Run:
         self.root = self.position.root()
 
     def budget_spent(self) -> bool:
-        return (
-            self.max_policy_calls is not None
-            and self.stats["policy_calls"] >= self.max_policy_calls
-        )
+        return budget_spent(self.stats, self.max_policy_calls)
 
     def propose(
         self, policy: Policy, node: Node, k: int, generator: torch.Generator | None

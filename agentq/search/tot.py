@@ -51,7 +51,13 @@ import torch
 
 from agentq.agent.policy import Policy
 from agentq.critic.value import StateEvaluator
-from agentq.search.position import Position, child_node, leaf_trajectory, merge_duplicates
+from agentq.search.position import (
+    Position,
+    budget_spent,
+    child_node,
+    leaf_trajectory,
+    merge_duplicates,
+)
 from agentq.search.tree import Node, SearchResult, Tree
 
 
@@ -216,10 +222,7 @@ class _Run:
         self.root.kept = True
 
     def budget_spent(self) -> bool:
-        return (
-            self.max_policy_calls is not None
-            and self.stats["policy_calls"] >= self.max_policy_calls
-        )
+        return budget_spent(self.stats, self.max_policy_calls)
 
     def expand(self, node: Node) -> list[Node]:
         """Propose k candidates at ``node`` and step into each distinct command."""
