@@ -24,12 +24,12 @@ from typing import Any
 
 import gymnasium as gym
 import torch
-from rich.progress import track
 
 from agentq.agent import episode as ep
 from agentq.agent.episode import run_episode
 from agentq.data.buffer import ReplayBuffer, read_json, write_json
 from agentq.data.trajectory import Step, Trajectory
+from agentq.parallel import for_each_task
 
 Episode = Callable[[Any, torch.Generator], tuple[Trajectory, dict[str, float]]]
 
@@ -125,17 +125,19 @@ def evaluate(
     iteration: int,
     mode: str,
     seed: int,
+    workers: int = 1,
 ) -> dict[str, float]:
-    """Run ``episode`` on every task (skipping finished ones) and aggregate."""
-    records = []
-    for task_id in track(task_ids, description=f"eval {mode} (iter {iteration})", transient=True):
-        path = buffer.eval_path(iteration, mode, task_id)
-        if not path.exists():
-            generator = torch.Generator().manual_seed(task_seed(seed, iteration, task_id, salt=1))
-            trajectory, stats = episode(task_id, generator)
-            write_json(path, {"trajectory": trajectory.to_dict(), "stats": stats})
-        records.append(read_json(path))
-    return aggregate(records)
+    """Run ``episode`` on every task (skipping finished ones, in ``workers``
+    processes, see :mod:`agentq.parallel`) and aggregate."""
+
+    def run(task_id: Any) -> None:
+        generator = torch.Generator().manual_seed(task_seed(seed, iteration, task_id, salt=1))
+        trajectory, stats = episode(task_id, generator)
+        write_json(buffer.eval_path(iteration, mode, task_id), {"trajectory": trajectory.to_dict(), "stats": stats})
+
+    todo = [t for t in task_ids if not buffer.eval_path(iteration, mode, t).exists()]
+    for_each_task(run, todo, workers=workers, description=f"eval {mode} (iter {iteration})")
+    return aggregate([read_json(buffer.eval_path(iteration, mode, t)) for t in task_ids])
 
 
 def aggregate(records: Sequence[dict]) -> dict[str, float]:

@@ -36,13 +36,13 @@ import numpy as np
 import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
-from rich.progress import track
 
 from agentq import evaluate as ev
 from agentq import tracking
 from agentq.data.buffer import ReplayBuffer, read_json, write_json
 from agentq.data.pairs import StepPairBuilder
 from agentq.data.trajectory import Trajectory
+from agentq.parallel import for_each_task
 from agentq.training.fit import fit, merge_adapter
 
 log = logging.getLogger(__name__)
@@ -84,9 +84,19 @@ def build(cfg: DictConfig) -> Components:
             "set eval.num_simulations=null (or bound any search with search.max_policy_calls)"
         )
     _check_env_id(cfg.env.make.id)
+    env = instantiate(cfg.env.make)
+    workers = cfg.get("workers", 1)
+    if not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
+    if workers > 1 and not getattr(env.unwrapped, "forkable", False):
+        env.close()
+        raise IncompatibleConfig(
+            f"workers={workers} forks the environment, and {type(env.unwrapped).__name__} holds a connection "
+            "to another process (a JVM or a browser) that forked workers cannot share: use workers=1"
+        )
     return Components(
         model=instantiate(cfg.model),
-        env=instantiate(cfg.env.make),
+        env=env,
         policy=instantiate(cfg.agent),
         critic=critic,
         search=search,
@@ -202,13 +212,15 @@ def _improve(cfg, parts: Components, model, tokenizer, buffer: ReplayBuffer, ite
     tasks = [train_ids[i] for i in rng.choice(len(train_ids), size=count, replace=False)]
     model.eval()
     with phase_timer(buffer, iteration, "collect"):
-        for task_id in track(tasks, description=f"collect (iter {iteration})", transient=True):
-            if buffer.has_search(iteration, task_id):
-                continue
+
+        def search(task_id) -> None:
             generator = torch.Generator().manual_seed(ev.task_seed(cfg.seed, iteration, task_id))
             with torch.no_grad():
                 result = parts.search(parts.env, policy, critic, task_id=task_id, generator=generator)
             buffer.write_search(iteration, task_id, result)
+
+        todo = [t for t in tasks if not buffer.has_search(iteration, t)]
+        for_each_task(search, todo, workers=cfg.get("workers", 1), description=f"collect (iter {iteration})")
 
         if not buffer.has_examples(iteration):
             with torch.no_grad():
@@ -265,7 +277,9 @@ def _evaluate(cfg, parts: Components, model, tokenizer, buffer, iteration, test_
 
 def _evaluate_mode(cfg, buffer, iteration, mode, episode, task_ids, loggers) -> None:
     with torch.no_grad(), phase_timer(buffer, iteration, f"eval_{mode}"):
-        metrics = ev.evaluate(episode, task_ids, buffer=buffer, iteration=iteration, mode=mode, seed=cfg.seed)
+        metrics = ev.evaluate(
+            episode, task_ids, buffer=buffer, iteration=iteration, mode=mode, seed=cfg.seed, workers=cfg.get("workers", 1)
+        )
     write_json(buffer.iteration_dir(iteration) / "eval" / f"{mode}.json", metrics)
     for logger in loggers:
         logger.log_metrics({f"eval/{mode}/{k}": v for k, v in metrics.items()} | {"iteration": iteration}, step=iteration)

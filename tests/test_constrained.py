@@ -128,3 +128,52 @@ def test_trigger_inside_a_line_is_not_a_field(table):
 def test_rejects_an_empty_action_list(table):
     with pytest.raises(ValueError, match="at least one valid action"):
         CommandConstraint(table, [], eos_token_ids={2}, max_new_tokens=48)
+
+
+LONG_TITLES = [  # forced for many tokens once a title is chosen: what jump-forward skips
+    "click[Back to Search]",
+    "click[Sleek navy ergonomic office chair with padded armrests and lumbar support]",
+    "click[Waterproof men's hiking boots, breathable, non-slip sole, size 10.5]",
+]
+
+
+@pytest.mark.parametrize("actions", [LONG_TITLES, SEARCH_PAGE])
+@pytest.mark.parametrize("tail", [None, 3])
+def test_jump_forward_writes_the_same_tokens_and_logprobs(tiny, table, prompt, actions, tail):
+    """Forced tokens scored in one forward: greedy tokens equal, log-probs within 1e-4 of one forward per token."""
+    model, tokenizer = tiny
+    runs, forwards = {}, {}
+    for jump in (False, True):
+        constraint = CommandConstraint(table, actions, eos_token_ids={2}, max_new_tokens=48, max_tail_tokens=tail)
+        calls: list[int] = []
+        hook = model.register_forward_pre_hook(lambda *_, calls=calls: calls.append(1))
+        runs[jump] = sample_k(
+            model, prompt, 1, tokenizer=tokenizer, max_new_tokens=48, temperature=0.0,
+            eos_token_ids={2}, constraint=constraint, jump_forward=jump,
+        )[0]
+        hook.remove()
+        forwards[jump] = len(calls)
+    assert forwards[True] < forwards[False]  # the forced "COMMAND:" trigger at least ran in one forward
+    assert runs[True].token_ids == runs[False].token_ids
+    assert runs[True].logprob == pytest.approx(runs[False].logprob, abs=1e-4)
+    ids = torch.tensor([list(prompt) + list(runs[True].token_ids)])
+    completion = torch.zeros_like(ids, dtype=torch.bool)
+    completion[0, len(prompt) :] = True
+    with torch.no_grad():
+        expected = completion_logprobs(model, ids, torch.ones_like(ids), completion)
+    assert runs[True].logprob == pytest.approx(float(expected[0]), abs=1e-4)
+
+
+def test_tail_cap_cuts_the_action_after_its_command(tiny, table, prompt):
+    model, tokenizer = tiny
+    constraint = CommandConstraint(table, LONG_TITLES, eos_token_ids={2}, max_new_tokens=48, max_tail_tokens=2)
+    sample = sample_k(
+        model, prompt, 1, tokenizer=tokenizer, max_new_tokens=48, temperature=0.0,
+        eos_token_ids={2}, constraint=constraint,
+    )[0]
+    command = parse_composite(sample.text).command
+    assert command in LONG_TITLES
+    tail = sample.text.split(command, 1)[1]
+    assert tail.startswith("\n")  # the command line ends, then at most 2 more tokens
+    assert len(tokenizer.encode(tail.lstrip("\n"), add_special_tokens=False)) <= 2
+    assert not sample.finished  # cut, as max_new_tokens cuts, not an end token

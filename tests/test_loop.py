@@ -157,3 +157,44 @@ def test_smoke_loop_on_webshop(make_cfg):
             clicks = [a for a in nodes[node["parent"]]["valid_actions"] or [] if a.startswith("click[")]
             if clicks:
                 assert node["command"] in clicks
+
+
+def test_parallel_workers_reproduce_a_sequential_run(make_cfg, tmp_path):
+    """workers=2 searches and evaluates in forked processes: the same trees and episodes as workers=1."""
+    runs = {}
+    for workers in (1, 2):
+        cfg = make_cfg(
+            "+experiment=smoke", f"workers={workers}", "collect.num_tasks=3", "eval.num_tasks=3",
+            f"paths.run_dir={tmp_path / str(workers)}",
+        )
+        runs[workers] = run(cfg)
+    check_summary(runs[2], iterations=1)
+    one, two = tmp_path / "1", tmp_path / "2"
+    files = sorted(p.relative_to(one) for p in one.glob("iter_*/*/**/task_*.json"))
+    assert len(files) == 3 + 4 * 3  # collected trees; zero-shot and search episodes at iterations 0 and 1
+    for path in files:  # log-probs differ in float noise: 1 torch thread per worker instead of 2
+        assert_same(json.loads((two / path).read_text()), json.loads((one / path).read_text()), str(path))
+
+
+def assert_same(a, b, where: str) -> None:
+    """Equal JSON, floats within 1e-4 (relative)."""
+    if isinstance(a, float) or isinstance(b, float):
+        assert a == pytest.approx(b, rel=1e-4, abs=1e-6), where
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), where
+        for key in a:
+            assert_same(a[key], b[key], f"{where}/{key}")
+    elif isinstance(a, list):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_same(x, y, f"{where}[{i}]")
+    else:
+        assert a == b, where
+
+
+def test_workers_refused_for_an_env_in_another_process(make_cfg):
+    from agentq.loop import IncompatibleConfig, build
+
+    cfg = make_cfg("+experiment=smoke", "workers=2", "env=sciworld")
+    with pytest.raises(IncompatibleConfig, match="workers=1"):
+        build(cfg)

@@ -54,8 +54,13 @@ class Sampling:
         max_prompt_tokens: keep the newest tokens of longer prompts (left truncation).
         constrain_command: decode the COMMAND field onto the env's valid actions
             (:mod:`agentq.models.constrained`); the rest of the composite stays free.
-        reuse_prefix_cache: keep the last prompt's KV cache and prefill only what
-            the next prompt adds (:mod:`agentq.models.prefix_cache`).
+        max_tail_tokens: with ``constrain_command``, cut an action this many
+            tokens after its COMMAND line (its EXPLANATION), as ``max_new_tokens``
+            cuts it; None: no cap.
+        reuse_prefix_cache: keep earlier prompts' KV caches (a radix tree) and
+            prefill only what no earlier prompt shares (:mod:`agentq.models.prefix_cache`).
+        prefix_cache_tokens: bound on the tokens that tree holds (least recently
+            used prompts are dropped first; ~46 KB per token for SmolLM2-135M in fp32).
         backend: ``"hf"`` (:mod:`agentq.models.sampling`) or ``"vllm"``
             (:mod:`agentq.models.vllm_sampling`, CUDA machines; the two options
             above are HF-only).
@@ -66,7 +71,9 @@ class Sampling:
     top_p: float = 1.0
     max_prompt_tokens: int = 2048
     constrain_command: bool = False
+    max_tail_tokens: int | None = None
     reuse_prefix_cache: bool = True
+    prefix_cache_tokens: int = 8192
     backend: str = "hf"
 
     def __post_init__(self) -> None:
@@ -91,6 +98,13 @@ class Sampling:
             raise ValueError(f"agent.sampling.top_p must be in (0, 1], got {self.top_p}")
         if self.max_prompt_tokens < 16:
             raise ValueError(f"agent.sampling.max_prompt_tokens must be >= 16, got {self.max_prompt_tokens}")
+        if self.max_tail_tokens is not None and (self.max_tail_tokens < 0 or not self.constrain_command):
+            raise ValueError(
+                f"agent.sampling.max_tail_tokens={self.max_tail_tokens} needs a value >= 0 and "
+                "agent.sampling.constrain_command=true (the constraint is what sees the command end)"
+            )
+        if self.prefix_cache_tokens < 1:
+            raise ValueError(f"agent.sampling.prefix_cache_tokens must be >= 1, got {self.prefix_cache_tokens}")
 
 
 class LLMPolicy:
@@ -113,7 +127,7 @@ class LLMPolicy:
         self.num_calls = 0  # model calls, for reporting search budgets
         self._token_table: TokenTable | None = None
         # Prompts share the system message, demonstrations and earlier actions.
-        self.prefix_cache = PrefixCache(enabled=sampling.reuse_prefix_cache)
+        self.prefix_cache = PrefixCache(enabled=sampling.reuse_prefix_cache, max_tokens=sampling.prefix_cache_tokens)
         self._vllm = None  # the HF path, unless vLLM serves this model's weights
         if sampling.backend == "vllm":
             from agentq.models.vllm_sampling import VLLMSampler
@@ -177,6 +191,7 @@ class LLMPolicy:
             history.valid_actions,
             eos_token_ids=self.eos_token_ids,
             max_new_tokens=self.sampling.max_new_tokens,
+            max_tail_tokens=self.sampling.max_tail_tokens,
         )
 
 

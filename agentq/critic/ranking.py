@@ -10,6 +10,13 @@ read its next-token distribution restricted to the candidate numbers (one
 forward per round), so the answer always parses and the choice is the model's
 own most likely one. This is our departure from the paper, for robustness with
 small models.
+
+The rounds of one ranking share everything up to the candidate listing (the
+system message, the earlier commands, the observation): a
+:class:`~agentq.models.prefix_cache.PrefixCache` of the critic's own keeps it,
+so a round after the first runs only the listing and the question (its
+answer is the same argmax, up to float rounding of the cached keys).
+The rounds cannot be one batch: each listing depends on the previous answer.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import torch
 from agentq.agent.action import parse_composite
 from agentq.agent.policy import Candidate, encode_chat
 from agentq.agent.prompt import History
+from agentq.models.prefix_cache import PrefixCache
 
 CRITIC_SYSTEM = (
     "You are an expert evaluator of an agent's next action. Given the task and "
@@ -51,6 +59,9 @@ class LLMRankingCritic:
         rank_score: maps (rank, number of candidates) to Q̂.
         max_prompt_tokens: keep the newest tokens of longer prompts.
         max_previous: earlier commands shown to the critic.
+        reuse_prefix_cache: prefill only what a round's prompt does not share
+            with earlier ones (False: every round from scratch).
+        prefix_cache_tokens: bound on the tokens that cache holds.
     """
 
     kind = "rank"  # scores the K candidate actions at one node (what MCTS needs)
@@ -64,6 +75,8 @@ class LLMRankingCritic:
         rank_score: LinearRankScore | None = None,
         max_prompt_tokens: int = 2048,
         max_previous: int = 10,
+        reuse_prefix_cache: bool = True,
+        prefix_cache_tokens: int = 4096,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
@@ -71,6 +84,7 @@ class LLMRankingCritic:
         self.max_prompt_tokens = max_prompt_tokens
         self.max_previous = max_previous
         self.label_ids = [self._single_token(str(i + 1)) for i in range(self.MAX_CANDIDATES)]
+        self.prefix_cache = PrefixCache(enabled=reuse_prefix_cache, max_tokens=prefix_cache_tokens)
 
     def _single_token(self, text: str) -> int:
         ids = self.tokenizer.encode(text, add_special_tokens=False)
@@ -95,9 +109,8 @@ class LLMRankingCritic:
     def pick_best(self, history: History, commands: Sequence[str]) -> int:
         """Index of the command the model ranks first."""
         ids = encode_chat(self.tokenizer, self.messages(history, commands), self.max_prompt_tokens)
-        input_ids = torch.tensor([ids], device=self.model.device)
-        logits = self.model(input_ids=input_ids, logits_to_keep=1).logits[0, -1]  # (V,)
-        allowed = logits[self.label_ids[: len(commands)]]  # (m,)
+        _, logits = self.prefix_cache.prefill(self.model, ids)  # (1, V)
+        allowed = logits[0, self.label_ids[: len(commands)]]  # (m,)
         return int(allowed.argmax())
 
     def score(self, history: History, candidates: Sequence[Candidate]) -> list[float]:

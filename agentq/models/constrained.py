@@ -84,6 +84,7 @@ class _State:
     line: str = ""  # the text of the current line, to spot a COMMAND header
     argument_tokens: int = 0
     forced: list[int] = field(default_factory=list)
+    tail_tokens: int = 0  # written after the command line
 
 
 class CommandConstraint:
@@ -96,6 +97,8 @@ class CommandConstraint:
         max_new_tokens: the generation budget. A sample that has not reached
             ``COMMAND:`` when only enough budget for the longest action is
             left gets ``\\nCOMMAND:`` forced, so every sample carries a command.
+        max_tail_tokens: tokens a sample may write after its command line (the
+            EXPLANATION) before it is cut, as ``max_new_tokens`` cuts it; None: no cap.
     """
 
     def __init__(
@@ -105,6 +108,7 @@ class CommandConstraint:
         *,
         eos_token_ids: Collection[int],
         max_new_tokens: int,
+        max_tail_tokens: int | None = None,
     ) -> None:
         if not valid_actions:
             raise ValueError("CommandConstraint needs at least one valid action")
@@ -122,6 +126,7 @@ class CommandConstraint:
         if any(a.endswith(TEMPLATE) for a in valid_actions):
             reserve += _MAX_ARGUMENT_TOKENS + len(self.close)
         self.force_at = max_new_tokens - len(self.force_trigger) - reserve
+        self.max_tail_tokens = max_tail_tokens
         self.states: list[_State] = []
 
     def begin(self, k: int) -> None:
@@ -129,9 +134,7 @@ class CommandConstraint:
 
     def mask(self, sample: int, step: int) -> Tensor | None:
         """Additive logits mask (V,) for ``sample`` at decode ``step``; None when free."""
-        state = self.states[sample]
-        if state.phase == "free" and 0 <= self.force_at <= step:
-            state.phase, state.forced = "forcing", list(self.force_trigger)
+        state = self._at(sample, step)
         if state.forced:
             return self._only([state.forced[0]])
         if state.phase == "free":
@@ -142,10 +145,33 @@ class CommandConstraint:
             return self.argument
         return None
 
+    def forced_token(self, sample: int, step: int) -> int | None:
+        """The one token ``sample`` may write at ``step``, or None when it has a choice.
+        A decoder may append such tokens without sampling (they still need scoring)."""
+        state = self._at(sample, step)
+        if state.forced:
+            return state.forced[0]
+        if state.phase == "action" and len(state.node.children) == 1:
+            return next(iter(state.node.children))
+        return None
+
+    def exhausted(self, sample: int) -> bool:
+        """``sample`` has written its ``max_tail_tokens`` after the command: stop it."""
+        state = self.states[sample]
+        return self.max_tail_tokens is not None and state.phase == "done" and state.tail_tokens >= self.max_tail_tokens
+
+    def _at(self, sample: int, step: int) -> _State:
+        state = self.states[sample]
+        if state.phase == "free" and 0 <= self.force_at <= step:
+            state.phase, state.forced = "forcing", list(self.force_trigger)
+        return state
+
     def update(self, sample: int, token: int) -> None:
         """Advance ``sample``'s state past the emitted ``token``."""
         state = self.states[sample]
-        if state.forced:
+        if state.phase == "done":
+            state.tail_tokens += 1
+        elif state.forced:
             state.forced.pop(0)
             if not state.forced:  # "forcing" wrote the trigger; "close" ended the command
                 state.phase, state.node = ("action", self.with_space) if state.phase == "forcing" else ("done", None)

@@ -76,6 +76,7 @@ def sample_k(
     generator: torch.Generator | None = None,
     constraint: CommandConstraint | None = None,
     prefix_cache: PrefixCache | None = None,
+    jump_forward: bool = True,
 ) -> list[Sample]:
     """Sample ``k`` completions of ``prompt_ids`` with one shared prefill.
 
@@ -93,6 +94,9 @@ def sample_k(
         constraint: restricts the tokens each sample may draw (the COMMAND field
             onto valid actions); log-probs stay those of the raw logits.
         prefix_cache: reuses the previous prompt's KV cache for the shared prefix.
+        jump_forward: when one sample is left and the constraint forces its next
+            tokens, score them all in one forward instead of one forward each
+            (the same tokens and log-probs, to float noise).
 
     Returns:
         ``k`` samples, in draw order.
@@ -125,7 +129,8 @@ def sample_k(
 
     if constraint is not None:
         constraint.begin(k)
-    for step in range(max_new_tokens):
+    step = 0  # index of the token being chosen
+    while True:
         choice = logits if constraint is None else _constrain(logits, constraint, alive, step)  # (A, V)
         if temperature == 0:
             next_ids = choice.argmax(dim=-1)  # (A,)
@@ -137,23 +142,43 @@ def sample_k(
         # Behaviour log-prob under the raw distribution, whatever was used to draw.
         token_logp = torch.log_softmax(logits, dim=-1).gather(1, next_ids[:, None]).squeeze(1)
         stopped = torch.isin(next_ids, eos)  # (A,)
-        if constraint is not None:
-            for row, sample in enumerate(alive.tolist()):
-                constraint.update(sample, int(next_ids[row]))
-
         tokens[alive, step] = next_ids.cpu()
         lengths[alive] += 1
         logprobs[alive] += token_logp.cpu()
         finished[alive] = stopped.cpu()
+        if constraint is not None:
+            for row, sample in enumerate(alive.tolist()):
+                constraint.update(sample, int(next_ids[row]))
+            cut = torch.tensor([constraint.exhausted(s) for s in alive.tolist()], device=device)  # (A,)
+            stopped = stopped | cut
+        step += 1
 
-        if step == max_new_tokens - 1 or bool(stopped.all()):
+        if step == max_new_tokens or bool(stopped.all()):
             break
         if bool(stopped.any()):
             keep = (~stopped).nonzero().squeeze(1)  # (A',)
             cache.batch_select_indices(keep)
             alive, next_ids = alive[keep.cpu()], next_ids[keep]
-        out = model(input_ids=next_ids[:, None], past_key_values=cache, use_cache=True)
+        # Jump forward: when a lone sample's next tokens are forced (the rest of a
+        # command the constraint pins down), they run in this same forward.
+        forced = []
+        if jump_forward and constraint is not None and len(alive) == 1:
+            forced = _forced_run(constraint, int(alive[0]), step, max_new_tokens)
+        if forced:
+            run = torch.cat([next_ids, torch.tensor(forced, dtype=torch.long, device=device)])[None]  # (1, 1 + F)
+        else:
+            run = next_ids[:, None]  # (A, 1)
+        out = model(input_ids=run, past_key_values=cache, use_cache=True)
         logits = out.logits[:, -1].float()  # (A, V)
+        if forced:
+            n, sample = len(forced), int(alive[0])
+            scores = torch.log_softmax(out.logits[0, :-1].float(), dim=-1)  # (F, V)
+            tokens[sample, step : step + n] = torch.tensor(forced)
+            lengths[sample] += n
+            logprobs[sample] += scores.gather(1, run[0, 1:, None]).sum().cpu()
+            step += n
+            if step == max_new_tokens or constraint.exhausted(sample):
+                break
 
     samples = []
     for i in range(k):
@@ -168,6 +193,18 @@ def sample_k(
             )
         )
     return samples
+
+
+def _forced_run(constraint: CommandConstraint, sample: int, step: int, max_new_tokens: int) -> list[int]:
+    """The tokens ``sample`` is forced to write from ``step`` on (advancing the constraint past them)."""
+    run: list[int] = []
+    while step + len(run) < max_new_tokens and not constraint.exhausted(sample):
+        token = constraint.forced_token(sample, step + len(run))
+        if token is None:
+            break
+        constraint.update(sample, token)
+        run.append(token)
+    return run
 
 
 def _constrain(logits: Tensor, constraint: CommandConstraint, alive: Tensor, step: int) -> Tensor:

@@ -116,6 +116,7 @@ class TextCraftEnv(gym.Env[str, str]):
     """
 
     metadata = {"render_modes": []}
+    forkable = True  # all state lives in this process: parallel workers may fork it (agentq/parallel.py)
 
     def __init__(self, max_steps: int = 20, split_test_size: int = 100) -> None:
         if max_steps < 1:

@@ -143,6 +143,7 @@ class WebShopEnv(gym.Env[str, str]):
     """
 
     metadata = {"render_modes": []}
+    forkable = True  # all state lives in this process: parallel workers may fork it (agentq/parallel.py)
 
     def __init__(
         self,

@@ -1,0 +1,94 @@
+"""Search and evaluate tasks in parallel worker processes.
+
+Decoding a small model on a CPU is bound by per-token overhead, not by the
+cores: SmolLM2-135M decodes at ~70 ms/token with one thread or two, so two
+single-thread processes do nearly twice the work of one two-thread process
+(README, "Measured"). Tasks are independent (each draws from its own seeded
+generator, see ``evaluate.task_seed``) and each writes its own result file, so
+workers need nothing but a shared counter: they are forked after the model is
+loaded (copy-on-write, no second load), take the next unfinished task until
+none is left, and die with the parent. The parent reads the files afterwards,
+so a killed run resumes from whatever the workers finished.
+
+Forking copies the environment object too, which is only sound for
+environments that live in this process (WebShop, TextCraft): a JVM
+(ScienceWorld) or browser (OpenTable) connection cannot be shared, so those
+declare ``forkable = False`` and are refused (``loop.build``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import multiprocessing as mp
+import signal
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from rich.progress import Progress
+
+
+def for_each_task(fn: Callable[[Any], None], task_ids: Sequence[Any], *, workers: int, description: str) -> None:
+    """Call ``fn(task_id)`` for every task; with ``workers > 1`` in that many forked processes.
+
+    ``fn`` must leave its result on disk: nothing is returned from the workers.
+    Raises RuntimeError if a worker failed (the tasks others finished are kept).
+    """
+    workers = min(workers, len(task_ids))
+    if workers <= 1:
+        with Progress(transient=True) as progress:
+            for task_id in progress.track(task_ids, description=description):
+                fn(task_id)
+        return
+    ctx = mp.get_context("fork")
+    next_task, done = ctx.Value("i", 0), ctx.Value("i", 0)
+    threads = max(1, torch.get_num_threads() // workers)
+    processes = [
+        ctx.Process(target=_work, args=(fn, task_ids, next_task, done, threads), name=f"{description} worker {i}")
+        for i in range(workers)
+    ]
+    for p in processes:
+        p.start()
+    try:
+        with Progress(transient=True) as progress:
+            bar = progress.add_task(description, total=len(task_ids))
+            while any(p.is_alive() for p in processes):
+                progress.update(bar, completed=done.value)
+                time.sleep(0.5)
+    finally:
+        for p in processes:  # on KeyboardInterrupt too: no orphan keeps writing
+            if p.is_alive():
+                p.terminate()
+            p.join()
+    failed = [p for p in processes if p.exitcode != 0]
+    if failed:
+        codes = ", ".join(f"{p.name}: exit {p.exitcode}" for p in failed)
+        raise RuntimeError(
+            f"{description}: {len(failed)} of {workers} workers failed ({codes}; traceback above). "
+            "Finished tasks are on disk: resume the run to redo only the rest."
+        )
+
+
+def _work(fn, task_ids, next_task, done, threads: int) -> None:
+    _die_with_parent()
+    torch.set_num_threads(threads)
+    while True:
+        with next_task.get_lock():
+            index = next_task.value
+            next_task.value += 1
+        if index >= len(task_ids):
+            return
+        fn(task_ids[index])
+        with done.get_lock():
+            done.value += 1
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this worker when the parent dies (a killed run leaves no writer behind)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    except OSError:  # not glibc: the parent's finally still stops workers on ordinary exits
+        return
+    PR_SET_PDEATHSIG = 1
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
