@@ -56,11 +56,11 @@ test-fast: install-test browser
 lint: install-test
 	$(BIN)/ruff check .
 
-bench: install-test
-	$(BIN)/python benchmarks/bench_webshop_env.py
-	$(BIN)/python benchmarks/bench_sampling.py
-	$(BIN)/python benchmarks/bench_opentable_env.py
-	$(BIN)/python benchmarks/bench_sciworld_env.py
+# Every benchmark, then experiments/benchmarks/table.md (about an hour on 2 cores,
+# ~10 minutes of it the peak-memory run). Options: BENCH_ARGS="--skip-run",
+# "--quick" (tiny model, a smoke check) or "--only dpo,precision".
+bench: install-test browser
+	$(BIN)/python -m benchmarks.run_all $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) outputs multirun

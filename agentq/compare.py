@@ -160,9 +160,11 @@ def trained_on(run_dir: Path, iteration: str) -> int | str:
     return last.get("num_examples", NOT_EVALUATED)
 
 
-def table_rows(out: Path) -> list[dict]:
+def table_rows(out: Path, methods=METHODS) -> list[dict]:
+    """One entry per row of ``ROWS`` whose method is among ``methods``."""
+    names = {m.name for m in methods}
     rows = []
-    for row in ROWS:
+    for row in (r for r in ROWS if r.method in names):
         run_dir = out / "runs" / row.method
         episodes = read_episodes(run_dir, row.iteration, row.mode)
         entry = {"method": row.label, "source": f"{row.method}/{row.iteration}/{row.mode}"}
@@ -222,8 +224,8 @@ def to_csv(rows: list[dict]) -> str:
     return buffer.getvalue()
 
 
-def write_table(out: Path, command: str) -> str:
-    rows = table_rows(out)
+def write_table(out: Path, command: str, methods=METHODS) -> str:
+    rows = table_rows(out, methods)
     markdown = to_markdown(rows)
     (out / "table.md").write_text(f"{markdown}\nCommand: `{command}`\n")
     (out / "table.csv").write_text(to_csv(rows))
@@ -253,7 +255,7 @@ def main(argv: list[str] | None = None) -> None:
         methods = tuple(m for m in METHODS if m.name in chosen)
     if not args.table_only:
         run_methods(args.env, out, overrides, methods)
-    print(write_table(out, "python -m agentq.compare " + shlex.join(argv)))
+    print(write_table(out, "python -m agentq.compare " + shlex.join(argv), methods))
 
 
 if __name__ == "__main__":

@@ -5,10 +5,12 @@ to a node by resetting and replaying the node's action prefix; this measures
 what that costs for a 10-step prefix of the scripted oracle (cookie dialog,
 search, restaurant page, promotion dialog, pickers).
 
-    python benchmarks/bench_opentable_env.py [--episodes 10] [--random-episodes 5] [--repeats 10]
+    python -m benchmarks.bench_opentable_env [--episodes 10] [--random-episodes 5] [--repeats 10]
         [--screenshot experiments/opentable/restaurant_page.png]
 
-Prints a markdown table.
+Prints a markdown table; ``run(parse_args([...]))`` returns the figures as a
+dict (``benchmarks/run_all.py``), with ``snapshot_restore_s`` None: there is
+no snapshot to time.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ import argparse
 import random
 import re
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from envs.opentable import OpenTableEnv
 from envs.opentable.oracle import next_action, solve
@@ -89,15 +93,17 @@ def screenshot(env: OpenTableEnv, path: Path) -> None:
     env.browser.screenshot(str(path))
 
 
-def main() -> None:
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=10, help="oracle episodes")
     parser.add_argument("--random-episodes", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--max-steps", type=int, default=30)
     parser.add_argument("--screenshot", type=Path, default=None)
-    args = parser.parse_args()
+    return parser.parse_args(argv)
 
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
     env = OpenTableEnv(max_steps=args.max_steps)
     try:
         start = time.perf_counter()
@@ -112,17 +118,43 @@ def main() -> None:
             screenshot(env, args.screenshot)
     finally:
         env.close()
-    print(f"first reset (site start + Chromium launch): {first:.2f} s")
-    print(f"10-step prefix: {prefix}\n")
-    print("| measure | value |")
-    print("|---|---|")
-    print(f"| env steps / s, oracle ({oracle_steps} steps, {args.episodes} episodes, "
-          f"{successes} booked) | {oracle_sps:.1f} |")  # fmt: skip
-    print(f"| env steps / s, random listed actions ({random_steps} steps) | {random_sps:.1f} |")
-    print(f"| reset (fresh context, home page) | {reset * 1000:.0f} ms |")
-    print(f"| reset + replay of a 10-step prefix | {replay * 1000:.0f} ms |")
-    if args.screenshot is not None:
-        print(f"\nscreenshot: {args.screenshot}")
+    return {
+        "first_reset_s": first,
+        "prefix": prefix,
+        "oracle_steps_per_s": oracle_sps,
+        "oracle_steps": oracle_steps,
+        "episodes": args.episodes,
+        "booked": successes,
+        "random_steps_per_s": random_sps,
+        "random_steps": random_steps,
+        "reset_s": reset,
+        "snapshot_restore_s": None,  # a browser session cannot be copied
+        "reset_replay_10_s": replay,
+        "screenshot": None if args.screenshot is None else str(args.screenshot),
+    }
+
+
+def report(results: dict[str, Any]) -> str:
+    r = results
+    lines = [
+        f"first reset (site start + Chromium launch): {r['first_reset_s']:.2f} s",
+        f"10-step prefix: {r['prefix']}\n",
+        "| measure | value |",
+        "|---|---|",
+        f"| env steps / s, oracle ({r['oracle_steps']} steps, {r['episodes']} episodes, "
+        f"{r['booked']} booked) | {r['oracle_steps_per_s']:.1f} |",
+        f"| env steps / s, random listed actions ({r['random_steps']} steps) | {r['random_steps_per_s']:.1f} |",
+        f"| reset (fresh context, home page) | {r['reset_s'] * 1000:.0f} ms |",
+        "| restore(snapshot) | none: a browser session cannot be copied; MCTS resets and replays |",
+        f"| reset + replay of a 10-step prefix | {r['reset_replay_10_s'] * 1000:.0f} ms |",
+    ]
+    if r["screenshot"]:
+        lines.append(f"\nscreenshot: {r['screenshot']}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    print(report(run(parse_args())))
 
 
 if __name__ == "__main__":

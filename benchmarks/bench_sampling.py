@@ -13,6 +13,8 @@ tokens.
 
     python -m benchmarks.bench_sampling                 # embedded SmolLM2-135M (from the repo root)
     python -m benchmarks.bench_sampling --model tiny    # random tiny model, a smoke test
+
+``run(parse_args([...]))`` returns the figures as a dict (``benchmarks/run_all.py``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import os
 import platform
 import statistics
 import time
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 import transformers
@@ -29,7 +33,7 @@ import transformers
 from agentq.models import EmbeddedSmolLM2, HFModel, TinyRandomModel, sample_k
 
 
-def parse_args() -> argparse.Namespace:
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--model",
@@ -45,7 +49,7 @@ def parse_args() -> argparse.Namespace:
         "--threads", type=int, default=None, help="torch threads (default: torch's)"
     )
     parser.add_argument("--seed", type=int, default=0)
-    return parser.parse_args()
+    return parser.parse_args(argv)
 
 
 def load(name: str):
@@ -87,8 +91,8 @@ def node_prompt(tokenizer, target_tokens: int) -> list[int]:
     return ids
 
 
-def main() -> None:
-    args = parse_args()
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Time (a), (b) and (c) and check their greedy tokens; returns the figures (see :func:`report`)."""
     if args.threads:
         torch.set_num_threads(args.threads)
     started = time.perf_counter()
@@ -162,35 +166,60 @@ def main() -> None:
     times: dict[str, list[float]] = {name: [] for name in methods}
     torch.manual_seed(args.seed)
     for _ in range(args.repeats):
-        for name, run in methods.items():
+        for name, method in methods.items():
             t0 = time.perf_counter()
-            run()
+            method()
             times[name].append(time.perf_counter() - t0)
     load_after = os.getloadavg()
 
-    baseline = statistics.median(next(iter(times.values())))
-    print(f"\n## K-candidate sampling for one node ({args.model})\n")
-    print(
-        f"- machine: {platform.processor() or platform.machine()}, os.cpu_count()={os.cpu_count()}, "
-        f"torch threads={torch.get_num_threads()}, torch {torch.__version__}, "
-        f"transformers {transformers.__version__}"
-    )
-    print(
-        f"- load average (1 min) before/after timing: {load_before[0]:.2f} / {load_after[0]:.2f} "
-        "(above the core count means other processes shared the CPU)"
-    )
-    print(f"- model load: {load_seconds:.2f} s")
-    print(
-        f"- prompt {len(prompt)} tokens, K={k}, {n} new tokens each, temperature "
-        f"{args.temperature}, {args.repeats} repeats (interleaved)"
-    )
-    print(f"- greedy tokens identical for (a), (b) and (c): {identical}\n")
-    print("| method | median s | min s | median / (a) |")
-    print("|---|---:|---:|---:|")
-    for name, seconds in times.items():
-        median = statistics.median(seconds)
-        print(f"| {name} | {median:.2f} | {min(seconds):.2f} | {median / baseline:.2f} |")
-    if not identical:
+    median = {name: statistics.median(seconds) for name, seconds in times.items()}
+    baseline = next(iter(median.values()))
+    return {
+        "model": args.model,
+        "machine": platform.processor() or platform.machine(),
+        "threads": torch.get_num_threads(),
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+        "load_average": [load_before[0], load_after[0]],
+        "load_seconds": load_seconds,
+        "prompt_tokens": len(prompt),
+        "k": k,
+        "new_tokens": n,
+        "temperature": args.temperature,
+        "repeats": args.repeats,
+        "identical": identical,
+        "median_s": median,
+        "min_s": {name: min(seconds) for name, seconds in times.items()},
+        "ratio_over_a": {name: m / baseline for name, m in median.items()},
+    }
+
+
+def report(results: dict[str, Any]) -> str:
+    """The figures as markdown."""
+    lines = [
+        f"## K-candidate sampling for one node ({results['model']})\n",
+        f"- machine: {results['machine']}, os.cpu_count()={os.cpu_count()}, "
+        f"torch threads={results['threads']}, torch {results['versions']['torch']}, "
+        f"transformers {results['versions']['transformers']}",
+        f"- load average (1 min) before/after timing: {results['load_average'][0]:.2f} / "
+        f"{results['load_average'][1]:.2f} (above the core count means other processes shared the CPU)",
+        f"- model load: {results['load_seconds']:.2f} s",
+        f"- prompt {results['prompt_tokens']} tokens, K={results['k']}, {results['new_tokens']} new tokens each, "
+        f"temperature {results['temperature']}, {results['repeats']} repeats (interleaved)",
+        f"- greedy tokens identical for (a), (b) and (c): {results['identical']}\n",
+        "| method | median s | min s | median / (a) |",
+        "|---|---:|---:|---:|",
+    ]
+    for name, median in results["median_s"].items():
+        lines.append(
+            f"| {name} | {median:.2f} | {results['min_s'][name]:.2f} | {results['ratio_over_a'][name]:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    results = run(parse_args())
+    print(report(results))
+    if not results["identical"]:
         raise SystemExit("greedy outputs differ between (a), (b) and (c)")
 
 

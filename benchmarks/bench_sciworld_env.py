@@ -5,16 +5,20 @@ and replaying the node's commands; this measures what a 10-step prefix costs.
 Both the env and the package's own ``step`` compute the valid actions on
 every step, which is most of a step's time (about 40-150 ms in a kitchen).
 
-    python benchmarks/bench_sciworld_env.py [--episodes 6] [--repeats 5]
+    python -m benchmarks.bench_sciworld_env [--episodes 6] [--repeats 5]
 
 Episodes follow each task's gold action sequence, so they visit the rooms and
-objects a solving agent would. Prints a markdown table.
+objects a solving agent would. Prints a markdown table; ``run(parse_args([...]))``
+returns the figures as a dict (``benchmarks/run_all.py``), with
+``snapshot_restore_s`` None: there is no snapshot to time.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Sequence
+from typing import Any
 
 from scienceworld import ScienceWorldEnv as PackageEnv
 
@@ -90,12 +94,14 @@ def _median(values: list[float]) -> float:
     return sorted(values)[len(values) // 2]
 
 
-def main() -> None:
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=len(DEFAULT_TASKS))
     parser.add_argument("--repeats", type=int, default=5)
-    args = parser.parse_args()
+    return parser.parse_args(argv)
 
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
     env = ScienceWorldEnv(max_steps=200)
     start = time.perf_counter()
     env.task_ids("test")  # starts the JVM and reads the splits
@@ -107,16 +113,44 @@ def main() -> None:
     finally:
         env.close()
     package_sps, package_boot = package_steps_per_second(episodes)
+    return {
+        "tasks": [t for t, _ in episodes],
+        "num_tasks": len(env.tasks),
+        "boot_s": boot,
+        "package_boot_s": package_boot,
+        "steps_per_s": sps,
+        "steps": steps,
+        "package_steps_per_s": package_sps,
+        "replay_task": tid,
+        "prefix_length": length,
+        "repeats": args.repeats,
+        "reset_s": reset,
+        "snapshot_restore_s": None,  # the package cannot copy a simulator state
+        "reset_replay_10_s": replay,
+    }
 
-    print(f"tasks: {', '.join(t for t, _ in episodes)}\n")
-    print("| measure | value |")
-    print("|---|---|")
-    print(f"| env: JVM start + splits of {len(env.tasks)} tasks | {boot:.1f} s |")
-    print(f"| package: JVM start | {package_boot:.1f} s |")
-    print(f"| env steps / s ({steps} gold-path steps) | {sps:.1f} |")
-    print(f"| package `step` / s (same steps) | {package_sps:.1f} |")
-    print(f"| reset ({tid}, median of {args.repeats}) | {reset * 1e3:.0f} ms |")
-    print(f"| reset + replay of a {length}-step prefix (median of {args.repeats}) | {replay:.2f} s |")
+
+def report(results: dict[str, Any]) -> str:
+    r = results
+    return "\n".join(
+        [
+            f"tasks: {', '.join(r['tasks'])}\n",
+            "| measure | value |",
+            "|---|---|",
+            f"| env: JVM start + splits of {r['num_tasks']} tasks | {r['boot_s']:.1f} s |",
+            f"| package: JVM start | {r['package_boot_s']:.1f} s |",
+            f"| env steps / s ({r['steps']} gold-path steps) | {r['steps_per_s']:.1f} |",
+            f"| package `step` / s (same steps) | {r['package_steps_per_s']:.1f} |",
+            f"| reset ({r['replay_task']}, median of {r['repeats']}) | {r['reset_s'] * 1e3:.0f} ms |",
+            "| restore(snapshot) | none: the package has no snapshot; MCTS resets and replays |",
+            f"| reset + replay of a {r['prefix_length']}-step prefix (median of {r['repeats']}) | "
+            f"{r['reset_replay_10_s']:.2f} s |",
+        ]
+    )
+
+
+def main() -> None:
+    print(report(run(parse_args())))
 
 
 if __name__ == "__main__":

@@ -4,9 +4,10 @@ MCTS returns to a node's state once per simulation; this measures what that
 costs with the env's snapshot (keeping a frozen state) against the fallback
 of resetting and replaying the node's 10-step action prefix.
 
-    python benchmarks/bench_webshop_env.py [--episodes 200] [--repeats 2000]
+    python -m benchmarks.bench_webshop_env [--episodes 200] [--repeats 2000]
 
-Prints a markdown table.
+Prints a markdown table; ``run(parse_args([...]))`` returns the figures as a
+dict (``benchmarks/run_all.py``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from __future__ import annotations
 import argparse
 import random
 import time
+from collections.abc import Sequence
+from typing import Any
 
 from envs.webshop import WebShopEnv
 
@@ -84,27 +87,49 @@ def restore_vs_replay(env: WebShopEnv, repeats: int) -> tuple[float, float]:
     return restore, replay
 
 
-def main() -> None:
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=2000)
     parser.add_argument("--max-steps", type=int, default=15)
-    args = parser.parse_args()
+    return parser.parse_args(argv)
 
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
     start = time.perf_counter()
     env = WebShopEnv(max_steps=args.max_steps)
     build = time.perf_counter() - start
     sps, steps = steps_per_second(env, args.episodes, random.Random(0))
     restore, replay = restore_vs_replay(env, args.repeats)
     catalogue = env.engine.catalogue
-    print(f"catalogue: {len(catalogue.products)} products, {len(catalogue.goals)} goals "
-          f"({catalogue.source}); load + BM25 index {build:.2f} s\n")  # fmt: skip
-    print("| measure | value |")
-    print("|---|---|")
-    print(f"| env steps / s ({steps} steps, {args.episodes} episodes) | {sps:,.0f} |")
-    print(f"| restore(snapshot) | {restore * 1e6:.2f} us |")
-    print(f"| reset + replay of a 10-step prefix | {replay * 1e6:,.0f} us |")
-    print(f"| replay / restore | {replay / restore:,.0f}x |")
+    return {
+        "catalogue": f"{len(catalogue.products)} products, {len(catalogue.goals)} goals ({catalogue.source})",
+        "build_s": build,
+        "steps_per_s": sps,
+        "steps": steps,
+        "episodes": args.episodes,
+        "snapshot_restore_s": restore,
+        "reset_replay_10_s": replay,
+    }
+
+
+def report(results: dict[str, Any]) -> str:
+    restore, replay = results["snapshot_restore_s"], results["reset_replay_10_s"]
+    return "\n".join(
+        [
+            f"catalogue: {results['catalogue']}; load + BM25 index {results['build_s']:.2f} s\n",
+            "| measure | value |",
+            "|---|---|",
+            f"| env steps / s ({results['steps']} steps, {results['episodes']} episodes) | {results['steps_per_s']:,.0f} |",
+            f"| restore(snapshot) | {restore * 1e6:.2f} us |",
+            f"| reset + replay of a 10-step prefix | {replay * 1e6:,.0f} us |",
+            f"| replay / restore | {replay / restore:,.0f}x |",
+        ]
+    )
+
+
+def main() -> None:
+    print(report(run(parse_args())))
 
 
 if __name__ == "__main__":

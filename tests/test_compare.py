@@ -50,3 +50,8 @@ def test_table_rows_come_from_the_evaluation_files(tmp_path):
     assert "| base | 50.0 [" in markdown and "| RFT | - | - | 0 | - | - |" in markdown
     lines = compare.to_csv(list(rows.values())).splitlines()
     assert lines[0].startswith("method,success_pct") and len(lines) == 1 + len(compare.ROWS)
+    # A comparison of some methods tables only their rows.
+    chosen = tuple(m for m in compare.METHODS if m.name in ("agentq", "rft"))
+    labels = [r["method"] for r in compare.table_rows(tmp_path, chosen)]
+    assert labels == [r.label for r in compare.ROWS if r.method in ("agentq", "rft")]
+    assert "RFT" in labels and "Agent-R (zero-shot)" not in labels

@@ -117,15 +117,16 @@ class PrefixCache:
         path, matched = self._match(ids)
         # At least the last token is recomputed: its logits start the decode.
         reused = min(matched, len(ids) - 1)
-        cache = self._assemble(model, path, reused)
         new = torch.tensor([ids[reused:]], dtype=torch.long, device=device)  # (1, P - reused)
-        out = model(input_ids=new, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        past = self._assemble(path, reused) if reused else None  # None: the model makes its own
+        out = model(input_ids=new, past_key_values=past, use_cache=True, logits_to_keep=1)
+        cache = out.past_key_values
         self.reused_tokens += reused
         self.computed_tokens += len(ids) - reused
-        if not all(type(layer) is DynamicLayer for layer in cache.layers):
+        if not _plain(cache):
             # Sliding-window or quantised layers do not keep every position: no tree.
             log.warning(
-                "PrefixCache: %s has no plain DynamicLayer cache; prefix reuse is off",
+                "PrefixCache: %s does not return a DynamicCache of DynamicLayers; prefix reuse is off",
                 type(model).__name__,
             )
             self.enabled = False
@@ -159,9 +160,9 @@ class PrefixCache:
             node = child
         return path, pos
 
-    def _assemble(self, model, path: list[tuple[_Node, int]], length: int) -> DynamicCache:
-        """A new cache holding the first ``length`` tokens of ``path``."""
-        cache = DynamicCache(config=model.config)
+    def _assemble(self, path: list[tuple[_Node, int]], length: int) -> DynamicCache:
+        """A new cache holding the first ``length`` (> 0) tokens of ``path``."""
+        cache = DynamicCache()  # grows a DynamicLayer per update()d layer
         parts, left = [], length
         for node, _ in path:
             if left == 0:
@@ -169,8 +170,6 @@ class PrefixCache:
             take = min(left, len(node.tokens))
             parts.append((node, take))
             left -= take
-        if not parts:
-            return cache
         for layer in range(len(parts[0][0].kv)):
             # Each part (1, H, take, D), concatenated to (1, H, length, D). update()
             # concatenates onto an empty tensor, so the cache owns a copy even of a
@@ -230,6 +229,13 @@ class PrefixCache:
     def num_bytes(self) -> int:
         """Bytes of the keys and values held in the tree."""
         return sum(k.nbytes + v.nbytes for node in self._nodes() for k, v in node.kv)
+
+
+def _plain(cache) -> bool:
+    """A cache that keeps every position's keys and values, which the tree can cut up."""
+    return isinstance(cache, DynamicCache) and all(
+        type(layer) is DynamicLayer for layer in cache.layers
+    )
 
 
 def _split(node: _Node, at: int) -> _Node:
