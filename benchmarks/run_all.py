@@ -102,8 +102,19 @@ def mcts_row(r: dict[str, Any]) -> Row:
     identical = all(r["identical"].values())
     ratio = tree["sims_per_min"] / none["sims_per_min"]
     met = ratio >= 2 and identical
-    reason = "" if met else ("the cache changed the trees" if not identical else "below the issue's 2x")
-    return Row(measured + f"; trees identical: {identical}", f"{ratio:.2f}x", met, reason)
+    computed = tree["policy_computed_tokens"] + tree["critic_computed_tokens"]
+    reused = tree["policy_reused_tokens"] + tree["critic_reused_tokens"]
+    reuse = f"the tree reused {reused / max(computed + reused, 1):.0%} of prompt tokens"
+    if not identical:
+        reason = "the cache changed the trees"
+    elif not met:
+        reason = (
+            f"below the issue's 2x: {reuse}, but a cache removes prefill only; the candidates' and "
+            "rollouts' new tokens are decoded one forward each whatever the cache"
+        )
+    else:
+        reason = ""
+    return Row(measured + f"; trees identical: {identical}; {reuse}", f"{ratio:.2f}x", met, reason)
 
 
 def sampling_row(r: dict[str, Any]) -> Row:
@@ -413,6 +424,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--only", default=None, help=f"comma-separated subset of {','.join(b.name for b in BENCHMARKS)}")
     parser.add_argument("--skip-run", action="store_true", help="skip the peak-memory run (~10 minutes)")
     parser.add_argument("--out", type=Path, default=None, help="table path (default experiments/benchmarks/table.md)")
+    parser.add_argument(
+        "--render", type=Path, default=None, metavar="JSON",
+        help="rewrite the table from a saved table.json (after editing how rows are judged), running nothing",
+    )
     args = parser.parse_args(argv)
     names = [b.name for b in BENCHMARKS]
     if args.only:
@@ -422,8 +437,23 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def render(saved: Path, out: Path | None) -> Path:
+    """The table again from the figures of an earlier run: rows are re-judged, nothing re-runs."""
+    raw = json.loads(saved.read_text())
+    by_name = {b.name: b for b in BENCHMARKS}
+    for name, outcome in raw["benchmarks"].items():
+        if outcome["status"] == "ok":
+            outcome["row"] = by_name[name].row(outcome["results"]).__dict__
+    out = out or saved.with_suffix(".md")
+    out.write_text(table(raw["benchmarks"], raw["machine"], raw["command"], "--quick" in raw["command"]))
+    print(f"wrote {out}")
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> Path:
     args = parse_args(argv)
+    if args.render:
+        return render(args.render, args.out)
     command = shlex.join(["python", "-m", "benchmarks.run_all", *(sys.argv[1:] if argv is None else argv)])
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("WANDB_MODE", "offline")
