@@ -16,6 +16,7 @@ evaluated tasks are skipped. ``summary.json`` is rebuilt from those files.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import importlib
 import logging
@@ -73,6 +74,17 @@ def build(cfg: DictConfig) -> Components:
         value = OmegaConf.select(cfg, key)
         if not isinstance(value, int) or value < 0:
             raise ValueError(f"{key} must be an integer >= 0, got {value!r}")
+    dtype = OmegaConf.select(cfg, "model.dtype", default="float32")
+    if cfg.iterations > 0 and dtype != "float32":
+        # Each trained adapter is merged into the base weights; in 16 bits most of its
+        # small deltas round away (bench_precision: 90% of entries after a few DPO steps).
+        raise IncompatibleConfig(
+            f"model.dtype={dtype} would merge each trained adapter into {dtype} weights, which rounds most "
+            "of its update away: train with model.dtype=float32 (16-bit weights suit iterations=0 runs; "
+            "on GPUs, trainer precision bf16-mixed keeps fp32 weights)"
+        )
+    if cfg.get("critic_model", "base") not in ("base", "policy"):
+        raise ValueError(f"critic_model must be 'base' or 'policy', got {cfg.critic_model!r}")
     search = instantiate(cfg.search)
     critic = instantiate(cfg.critic)
     pair_builder = instantiate(cfg.pairs)
@@ -179,15 +191,16 @@ def run(cfg: DictConfig) -> dict:
     status = "failed"
     try:
         model, tokenizer = parts.model.load()
+        critic_model = base_critic_model(cfg, model)
         env = parts.env
         train_ids = list(env.unwrapped.task_ids(cfg.collect.split))
         test_ids = list(env.unwrapped.task_ids(cfg.eval.split))[: cfg.eval.num_tasks]
         for iteration in range(cfg.iterations + 1):
             if iteration > 0:
-                model = _improve(cfg, parts, model, tokenizer, buffer, iteration, train_ids, loggers)
+                model = _improve(cfg, parts, model, critic_model or model, tokenizer, buffer, iteration, train_ids, loggers)
                 tracking.log_iteration(loggers, buffer, iteration)
             if iteration > 0 or cfg.eval.base:
-                _evaluate(cfg, parts, model, tokenizer, buffer, iteration, test_ids, loggers)
+                _evaluate(cfg, parts, model, critic_model or model, tokenizer, buffer, iteration, test_ids, loggers)
             summary = write_summary(cfg, buffer, run_dir, previous_wall + time.monotonic() - started)
         status = "success"
         return summary
@@ -198,7 +211,24 @@ def run(cfg: DictConfig) -> dict:
         _finish_wandb(exit_code=0 if status == "success" else 1)
 
 
-def _improve(cfg, parts: Components, model, tokenizer, buffer: ReplayBuffer, iteration, train_ids, loggers):
+def base_critic_model(cfg: DictConfig, model):
+    """A frozen copy of the base LLM for the critic, or None when the critic uses the policy's model.
+
+    DESIGN §3: the critic is "the same base LLM". Training merges each adapter into
+    the policy's weights in place, so after iteration 1 the base survives only as a
+    copy (one model's weights more in memory). It is made only when a trained
+    policy's search would use it: MCTS at evaluation, or collection after iteration 1.
+    ``critic_model=policy`` lets the critic follow the trained policy instead.
+    """
+    trained_search = cfg.iterations > 1 or (cfg.iterations == 1 and cfg.eval.search)
+    if cfg.get("critic_model", "base") != "base" or not trained_search:
+        return None
+    frozen = copy.deepcopy(model).eval()
+    frozen.requires_grad_(False)
+    return frozen
+
+
+def _improve(cfg, parts: Components, model, critic_model, tokenizer, buffer: ReplayBuffer, iteration, train_ids, loggers):
     """Collect, build pairs, train: returns pi_{i+1} (adapter merged)."""
     metrics_path = buffer.train_metrics_path(iteration)
     if metrics_path.exists():  # finished before a restart: replay its adapter
@@ -206,7 +236,7 @@ def _improve(cfg, parts: Components, model, tokenizer, buffer: ReplayBuffer, ite
         return merge_adapter(model, adapter) if adapter.exists() else model
 
     policy = parts.policy(model, tokenizer)
-    critic = parts.critic(model, tokenizer)
+    critic = parts.critic(critic_model, tokenizer)
     rng = np.random.default_rng([cfg.seed, iteration])
     count = min(cfg.collect.num_tasks, len(train_ids))
     tasks = [train_ids[i] for i in rng.choice(len(train_ids), size=count, replace=False)]
@@ -257,7 +287,7 @@ def _improve(cfg, parts: Components, model, tokenizer, buffer: ReplayBuffer, ite
     return peft_model.merge_and_unload()
 
 
-def _evaluate(cfg, parts: Components, model, tokenizer, buffer, iteration, test_ids, loggers) -> None:
+def _evaluate(cfg, parts: Components, model, critic_model, tokenizer, buffer, iteration, test_ids, loggers) -> None:
     model.eval()
     policy = parts.policy(model, tokenizer)
     if cfg.eval.zero_shot:
@@ -267,7 +297,7 @@ def _evaluate(cfg, parts: Components, model, tokenizer, buffer, iteration, test_
         search = parts.search
         if cfg.eval.get("num_simulations"):  # an inference budget of its own
             search = dataclasses.replace(search, num_simulations=cfg.eval.num_simulations)
-        episode = ev.with_search(parts.env, policy, parts.critic(model, tokenizer), search)
+        episode = ev.with_search(parts.env, policy, parts.critic(critic_model, tokenizer), search)
         _evaluate_mode(cfg, buffer, iteration, "search", episode, test_ids, loggers)
     if cfg.eval.recovery:  # after zero_shot: iteration 0's failures are the prefixes
         prefixes = _recovery_prefixes(cfg, buffer, test_ids)

@@ -4,6 +4,8 @@
     python -m benchmarks.run_all --skip-run             # all but the peak-memory run
     python -m benchmarks.run_all --quick                # tiny model, fewer repeats: a smoke check
     python -m benchmarks.run_all --only dpo,precision   # some of them (names below)
+    python -m benchmarks.run_all --only mcts --update   # re-run some, keep the others' saved figures
+    python -m benchmarks.run_all --render experiments/benchmarks/table.json  # re-judge saved figures
 
 Writes ``experiments/benchmarks/table.md`` (``--quick``: ``table.quick.md``):
 the machine (CPU, cores, RAM, versions, torch threads, date, git revision),
@@ -254,6 +256,16 @@ BENCHMARKS = [
         mcts_row,
     ),
     Benchmark(
+        "mcts_tail", "MCTS sims/min, tree KV reuse vs none, actions cut 8 tokens after the command",
+        "benchmarks.bench_mcts",
+        ">= 2x, as above, with the result table's `agent.sampling.max_tail_tokens=8` (less decoding per action)",
+        _env_argv(
+            ["--override", "agent.sampling.max_tail_tokens=8"],
+            ["--model", "tiny", "--tasks", "1", "--simulations", "2", "--override", "agent.sampling.max_tail_tokens=8"],
+        ),
+        mcts_row,
+    ),
+    Benchmark(
         "sampling", "K candidates: one prefill vs num_return_sequences", "benchmarks.bench_sampling",
         "sample_k >= 2x faster than generate(num_return_sequences=K), identical greedy tokens",
         _env_argv([], ["--model", "tiny", "--repeats", "1", "--k", "3", "--max-new-tokens", "8", "--prompt-tokens", "200"]),
@@ -385,7 +397,8 @@ def table(outcomes: dict[str, dict[str, Any]], info: dict[str, Any], command: st
         f"{info['ram_gb']:.1f} GB RAM; shared with other jobs (load average {info['load_average']:.2f} at the start)",
         f"- Python {info['python']}, torch {info['torch']}, transformers {info['transformers']}, TRL {info['trl']}; "
         f"torch threads {info['threads']}",
-        f"- date {info['date']}, git {info['git']}",
+        f"- date {info['date']}, git {info['git']}"
+        + (f"; rows re-run {info['updated']}, git {info['git_update']}" if "updated" in info else ""),
         f"- command: `{command}`",
         "",
         "| benchmark | target | measured | ratio | met | reason |",
@@ -424,6 +437,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--only", default=None, help=f"comma-separated subset of {','.join(b.name for b in BENCHMARKS)}")
     parser.add_argument("--skip-run", action="store_true", help="skip the peak-memory run (~10 minutes)")
     parser.add_argument("--out", type=Path, default=None, help="table path (default experiments/benchmarks/table.md)")
+    parser.add_argument(
+        "--update", action="store_true",
+        help="keep the figures of the benchmarks not run from the existing table.json (with --only)",
+    )
     parser.add_argument(
         "--render", type=Path, default=None, metavar="JSON",
         help="rewrite the table from a saved table.json (after editing how rows are judged), running nothing",
@@ -468,10 +485,17 @@ def main(argv: Sequence[str] | None = None) -> Path:
             continue
         outcomes[bench.name] = run_one(bench, args.quick)
     out = args.out or OUT / ("table.quick.md" if args.quick else "table.md")
+    saved = out.with_name(out.stem + ".json")
+    if args.update and saved.exists():  # the earlier figures, in the table's order, with this run's
+        earlier = json.loads(saved.read_text())
+        outcomes = {b.name: outcomes.get(b.name) or earlier["benchmarks"].get(b.name) for b in BENCHMARKS}
+        outcomes = {name: outcome for name, outcome in outcomes.items() if outcome}
+        command = f"{earlier['command']}; then {command}"
+        info = earlier["machine"] | {"updated": info["date"], "git_update": info["git"]}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(table(outcomes, info, command, args.quick))
     raw = {"machine": info, "command": command, "benchmarks": outcomes}
-    out.with_name(out.stem + ".json").write_text(json.dumps(raw, indent=1, default=str))
+    saved.write_text(json.dumps(raw, indent=1, default=str))
     print(f"\nwrote {out}")
     return out
 

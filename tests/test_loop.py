@@ -198,3 +198,43 @@ def test_workers_refused_for_an_env_in_another_process(make_cfg):
     cfg = make_cfg("+experiment=smoke", "workers=2", "env=sciworld")
     with pytest.raises(IncompatibleConfig, match="workers=1"):
         build(cfg)
+
+
+@pytest.mark.parametrize("critic_model", ["base", "policy"])
+def test_critic_model_after_training(make_cfg, monkeypatch, critic_model):
+    """critic_model=base: every critic ranks with the base LLM's weights, also after
+    the adapter is merged into the policy; policy: the trained policy's weights."""
+    import dataclasses
+
+    import agentq.loop as loop
+
+    seen = []  # one weight fingerprint per critic built
+    real_build = loop.build
+
+    def build(cfg):
+        parts = real_build(cfg)
+
+        def critic(model, tokenizer):
+            seen.append(model.model.layers[0].self_attn.q_proj.weight.detach().clone())  # LoRA-trained
+            return parts.critic(model, tokenizer)
+
+        return dataclasses.replace(parts, critic=critic)
+
+    monkeypatch.setattr(loop, "build", build)
+    run(make_cfg("+experiment=smoke", f"critic_model={critic_model}"))
+    base_eval, collect, trained_eval = seen  # iteration 0's search, iteration 1's collection, its search
+    assert torch.equal(collect, base_eval)
+    assert torch.equal(trained_eval, base_eval) == (critic_model == "base")
+
+
+def test_critic_model_refuses_unknown_values(make_cfg):
+    with pytest.raises(ValueError, match="critic_model must be 'base' or 'policy'"):
+        run(make_cfg("+experiment=smoke", "critic_model=trained"))
+
+
+def test_training_a_16_bit_model_is_refused(make_cfg):
+    from agentq.loop import IncompatibleConfig, build
+
+    with pytest.raises(IncompatibleConfig, match="model.dtype=bfloat16 would merge"):
+        build(make_cfg("+experiment=smoke", "+model.dtype=bfloat16"))
+    build(make_cfg("+experiment=smoke", "+model.dtype=bfloat16", "iterations=0")).env.close()

@@ -55,7 +55,8 @@ class LLMRankingCritic:
     """Ranks candidates by repeatedly picking the best remaining one.
 
     Args:
-        model, tokenizer: the LLM (the policy's model: no second copy in memory).
+        model, tokenizer: the LLM: the base model, frozen, once a policy is trained
+            (``critic_model=base``), or the current policy's (``critic_model=policy``).
         rank_score: maps (rank, number of candidates) to Q̂.
         max_prompt_tokens: keep the newest tokens of longer prompts.
         max_previous: earlier commands shown to the critic.

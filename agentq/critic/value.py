@@ -163,7 +163,8 @@ class LLMValueEvaluator:
     """ToT's value prompt: each state judged on its own; V = expected label value.
 
     Args:
-        model, tokenizer: the LLM (the policy's model: no second copy in memory).
+        model, tokenizer: the LLM: the base model, frozen, once a policy is trained
+            (``critic_model=base``), or the current policy's (``critic_model=policy``).
         scale: ``sure_likely_impossible`` or ``score_1_10``.
         values: the value of each label of the scale, in [0, 1] (None: 1 / 0.5 / 0,
             or (s - 1) / 9 for a score s).

@@ -1,0 +1,68 @@
+"""The benchmark table's judging and re-rendering (no timing here: see benchmarks/)."""
+
+import json
+
+from benchmarks import run_all
+
+
+def mcts_results(tree_sims_per_min: float, identical: bool = True) -> dict:
+    mode = {
+        "policy_computed_tokens": 300,
+        "policy_reused_tokens": 600,
+        "critic_computed_tokens": 100,
+        "critic_reused_tokens": 0,
+    }
+    return {
+        "modes": {
+            "none": {**mode, "sims_per_min": 2.0},
+            "tree": {**mode, "sims_per_min": tree_sims_per_min},
+        },
+        "identical": {"tree": identical},
+    }
+
+
+def test_mcts_row_judges_the_ratio_and_the_trees():
+    row = run_all.mcts_row(mcts_results(5.0))
+    assert (row.ratio, row.met, row.reason) == ("2.50x", True, "")
+    slow = run_all.mcts_row(mcts_results(3.0))
+    assert slow.ratio == "1.50x" and slow.met is False
+    assert "reused 60% of prompt tokens" in slow.reason
+    changed = run_all.mcts_row(mcts_results(5.0, identical=False))
+    assert changed.met is False and changed.reason == "the cache changed the trees"
+
+
+def test_render_rejudges_saved_figures(tmp_path):
+    saved = tmp_path / "table.json"
+    machine = {
+        "cpu": "test cpu", "avx512_bf16": False, "cores": 2, "ram_gb": 1.0, "python": "3",
+        "torch": "t", "transformers": "x", "trl": "y", "threads": 2, "date": "today",
+        "git": "abc", "load_average": 0.5,
+    }  # fmt: skip
+    outcome = {"status": "ok", "argv": [], "seconds": 1.0, "results": mcts_results(3.0), "report": "",
+               "row": {"measured": "stale", "ratio": "stale", "met": True, "reason": ""}}  # fmt: skip
+    failed = {"status": "error", "detail": "RuntimeError: boom", "argv": []}
+    saved.write_text(json.dumps({"machine": machine, "command": "python -m benchmarks.run_all",
+                                 "benchmarks": {"mcts": outcome, "dpo": failed}}))  # fmt: skip
+    text = run_all.main(["--render", str(saved)]).read_text()
+    mcts_line = next(line for line in text.splitlines() if line.startswith("| MCTS"))
+    assert "1.50x" in mcts_line and "**not met**" in mcts_line and "stale" not in mcts_line
+    assert "RuntimeError: boom" in text
+    assert "test cpu" in text and "`python -m benchmarks.run_all`" in text
+
+
+def test_update_reruns_some_and_keeps_the_others(tmp_path, monkeypatch):
+    out = tmp_path / "table.md"
+    fake = {"mcts": mcts_results(3.0), "mcts_tail": mcts_results(5.0)}
+
+    def run_one(bench, quick):
+        return {"status": "ok", "argv": [], "seconds": 1.0, "results": fake[bench.name], "report": "",
+                "row": bench.row(fake[bench.name]).__dict__}  # fmt: skip
+
+    monkeypatch.setattr(run_all, "run_one", run_one)
+    run_all.main(["--only", "mcts", "--out", str(out)])
+    assert "| MCTS sims/min, tree KV reuse vs none, actions cut" not in out.read_text()
+    text = run_all.main(["--only", "mcts_tail", "--update", "--out", str(out)]).read_text()
+    lines = [line for line in text.splitlines() if line.startswith("| MCTS")]
+    assert len(lines) == 2 and "1.50x" in lines[0] and "2.50x" in lines[1]
+    assert "run_all --only mcts --out" in text and "; then python -m benchmarks.run_all --only mcts_tail --update" in text
+    assert set(json.loads((tmp_path / "table.json").read_text())["benchmarks"]) == {"mcts", "mcts_tail"}
