@@ -48,7 +48,6 @@ sampling logs for the tokens it drew), computed once before any step.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import tempfile
@@ -63,6 +62,7 @@ import torch
 from omegaconf import DictConfig
 
 from agentq.agent.prompt import Messages
+from benchmarks.common import add_model_argument, cli
 
 REPO = Path(__file__).resolve().parents[1]
 EXPERIMENT = "webshop_mcts_dpo"
@@ -70,11 +70,7 @@ EXPERIMENT = "webshop_mcts_dpo"
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--model",
-        default="embedded",
-        help="'embedded' (SmolLM2-135M from the bundled GGUF), 'tiny', or a local HF model path",
-    )
+    add_model_argument(parser)
     parser.add_argument("--batch-sizes", default="1,2", help="pairs per optimiser step, comma-separated")
     parser.add_argument("--steps", type=int, default=5, help="timed steps per side (after one warm-up step)")
     parser.add_argument("--completion-tokens", type=int, default=40, help="sampled tokens per action")
@@ -476,11 +472,7 @@ def report(results: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    args = parse_args()
-    results = run(args)
-    if args.json is not None:
-        args.json.write_text(json.dumps(results, indent=1))
-    print(report(results))
+    cli(parse_args, run, report)
 
 
 if __name__ == "__main__":

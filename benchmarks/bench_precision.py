@@ -34,7 +34,6 @@ are reported.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import statistics
@@ -55,17 +54,14 @@ from benchmarks.bench_dpo import (
     sample_pairs,
     webshop_prompts,
 )
+from benchmarks.common import add_model_argument, cli
 
 DTYPES = ("float32", "bfloat16")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--model",
-        default="embedded",
-        help="'embedded' (SmolLM2-135M from the bundled GGUF), 'tiny', or a local HF model path",
-    )
+    add_model_argument(parser)
     parser.add_argument("--prefill-tokens", type=int, default=1500)
     parser.add_argument("--new-tokens", type=int, default=48)
     parser.add_argument("--repeats", type=int, default=3, help="timing repeats (interleaved)")
@@ -373,11 +369,7 @@ def report(results: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    args = parse_args()
-    results = run(args)
-    if args.json is not None:
-        args.json.write_text(json.dumps(results, indent=1))
-    print(report(results))
+    cli(parse_args, run, report)
 
 
 if __name__ == "__main__":

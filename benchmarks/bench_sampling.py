@@ -31,15 +31,12 @@ import torch
 import transformers
 
 from agentq.models import EmbeddedSmolLM2, HFModel, TinyRandomModel, sample_k
+from benchmarks.common import add_model_argument, cli
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--model",
-        default="embedded",
-        help="'embedded' (SmolLM2-135M from the bundled GGUF), 'tiny', or a local HF model path",
-    )
+    add_model_argument(parser)
     parser.add_argument("--k", type=int, default=5)
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--prompt-tokens", type=int, default=800, help="approximate prompt length")
@@ -217,8 +214,7 @@ def report(results: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    results = run(parse_args())
-    print(report(results))
+    results = cli(parse_args, run, report)
     if not results["identical"]:
         raise SystemExit("greedy outputs differ between (a), (b) and (c)")
 
