@@ -414,7 +414,8 @@ def table(outcomes: dict[str, dict[str, Any]], info: dict[str, Any], command: st
             cells = ["-", "-", "skipped", outcome["detail"]]
         else:
             cells = ["-", "-", outcome["status"], outcome["detail"]]
-        lines.append("| " + " | ".join([bench.title, bench.target, *cells]).replace("\n", " ") + " |")
+        cells = [str(cell).replace("|", "\\|") for cell in [bench.title, bench.target, *cells]]  # e.g. |diff|
+        lines.append("| " + " | ".join(cells).replace("\n", " ") + " |")
     lines += [
         "",
         "\\* a target of ours (the issue asks for the measurement only); adjust in `benchmarks/run_all.py`.",
