@@ -62,7 +62,7 @@ import torch
 from omegaconf import DictConfig
 
 from agentq.agent.prompt import Messages
-from benchmarks.common import add_model_argument, cli
+from benchmarks.common import add_model_argument, cli, load_model
 
 REPO = Path(__file__).resolve().parents[1]
 EXPERIMENT = "webshop_mcts_dpo"
@@ -140,17 +140,6 @@ def webshop_prompts(count: int, depths: Sequence[int] = (0,), *, first_task: int
     finally:
         env.close()
     return prompts
-
-
-def load_model(name: str, dtype: str = "float32"):
-    """(model, tokenizer): 'embedded', 'tiny' or a local Hugging Face folder, in ``dtype``."""
-    from agentq.models import EmbeddedSmolLM2, HFModel, TinyRandomModel
-
-    if name == "embedded":
-        return EmbeddedSmolLM2(dtype=dtype).load()
-    if name == "tiny":
-        return TinyRandomModel(dtype=dtype).load()
-    return HFModel(name, dtype=dtype).load()
 
 
 @dataclass(frozen=True)

@@ -45,16 +45,17 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
 
 from benchmarks.bench_dpo import (
     compose,
-    load_model,
     our_side,
     reference_logps,
     sample_pairs,
     webshop_prompts,
 )
-from benchmarks.common import add_model_argument, cli
+from benchmarks.common import add_model_argument, cli, load_model
 
 DTYPES = ("float32", "bfloat16")
 
@@ -249,27 +250,15 @@ def training(args: argparse.Namespace, tokenizer, pairs_prompts) -> dict[str, An
     with tempfile.TemporaryDirectory() as tmp:
         try:
             peft_model, metrics = fit(
-                model, tokenizer, steps, objective=_instantiate(cfg.objective),
-                optimizer=_instantiate(cfg.trainer.optimizer), lora=_instantiate(cfg.trainer.lora, _convert_="all"),
-                lightning={**_container(cfg.trainer.lightning), "max_epochs": 1, "enable_progress_bar": False},
+                model, tokenizer, steps, objective=instantiate(cfg.objective),
+                optimizer=instantiate(cfg.trainer.optimizer), lora=instantiate(cfg.trainer.lora, _convert_="all"),
+                lightning={**OmegaConf.to_container(cfg.trainer.lightning, resolve=True), "max_epochs": 1, "enable_progress_bar": False},
                 out_dir=Path(tmp), batch_size=1, use_logged_reference=False, shared_prefix=True,
             )  # fmt: skip
             result["fit_bf16"] = {"ok": True, "metrics": metrics, "loss_finite": math.isfinite(metrics["loss"])}
         except Exception as error:  # report what breaks instead of hiding the other figures
             result["fit_bf16"] = {"ok": False, "error": f"{type(error).__name__}: {error}"}
     return result
-
-
-def _instantiate(node, **kwargs):
-    from hydra.utils import instantiate
-
-    return instantiate(node, **kwargs)
-
-
-def _container(node) -> dict[str, Any]:
-    from omegaconf import OmegaConf
-
-    return OmegaConf.to_container(node, resolve=True)
 
 
 # --------------------------------------------------------------------- the benchmark

@@ -30,8 +30,8 @@ from typing import Any
 import torch
 import transformers
 
-from agentq.models import EmbeddedSmolLM2, HFModel, TinyRandomModel, sample_k
-from benchmarks.common import add_model_argument, cli
+from agentq.models import sample_k
+from benchmarks.common import add_model_argument, cli, load_model
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -47,14 +47,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args(argv)
-
-
-def load(name: str):
-    if name == "embedded":
-        return EmbeddedSmolLM2().load()
-    if name == "tiny":
-        return TinyRandomModel().load()
-    return HFModel(name).load()
 
 
 def node_prompt(tokenizer, target_tokens: int) -> list[int]:
@@ -93,7 +85,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.threads:
         torch.set_num_threads(args.threads)
     started = time.perf_counter()
-    model, tokenizer = load(args.model)
+    model, tokenizer = load_model(args.model)
     load_seconds = time.perf_counter() - started
     prompt = node_prompt(tokenizer, args.prompt_tokens)
     eos = tokenizer.eos_token_id

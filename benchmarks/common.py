@@ -1,4 +1,4 @@
-"""What the model benchmarks share: the --model argument and the command-line entry."""
+"""What the model benchmarks share: the --model argument, loading it, the command-line entry."""
 
 from __future__ import annotations
 
@@ -14,6 +14,17 @@ def add_model_argument(parser: argparse.ArgumentParser) -> None:
         default="embedded",
         help="'embedded' (SmolLM2-135M from the bundled GGUF), 'tiny', or a local HF model path",
     )
+
+
+def load_model(name: str, dtype: str = "float32"):
+    """(model, tokenizer): 'embedded', 'tiny' or a local Hugging Face folder, in ``dtype``."""
+    from agentq.models import EmbeddedSmolLM2, HFModel, TinyRandomModel
+
+    if name == "embedded":
+        return EmbeddedSmolLM2(dtype=dtype).load()
+    if name == "tiny":
+        return TinyRandomModel(dtype=dtype).load()
+    return HFModel(name, dtype=dtype).load()
 
 
 def cli(

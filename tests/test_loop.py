@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 from safetensors.torch import load_file
 
 from agentq.loop import run
-from tests.conftest import ROOT
+from tests.conftest import ROOT, fit_tiny_dpo
 
 pytestmark = pytest.mark.slow
 
@@ -53,12 +53,8 @@ def test_smoke_loop_trains_the_adapter_only(make_cfg, tmp_path):
 
 
 def test_training_changes_lora_and_not_base(tmp_path):
-    from peft import LoraConfig
-
     from agentq.data.pairs import StepPair
     from agentq.models.loading import TinyRandomModel
-    from agentq.objectives.dpo import DPOLoss
-    from agentq.training.fit import fit_preferences
 
     model, tokenizer = TinyRandomModel().load()
     base_before = {k: v.clone() for k, v in model.state_dict().items()}
@@ -67,17 +63,7 @@ def test_training_changes_lora_and_not_base(tmp_path):
         StepPair(0, 0, prompt, f"COMMAND: get {i} planks", f"COMMAND: jump {i}", [], [], -5.0, -6.0, 1.0, 0.0, 1, 1)
         for i in range(4)
     ]
-    peft_model, metrics = fit_preferences(
-        model,
-        tokenizer,
-        pairs,
-        objective=DPOLoss(beta=0.5),
-        optimizer=lambda params: torch.optim.AdamW(params, lr=1e-2),
-        lora=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"),
-        lightning={"accelerator": "cpu", "max_epochs": 3, "enable_progress_bar": False},
-        out_dir=tmp_path,
-        batch_size=2,
-    )
+    peft_model, metrics = fit_tiny_dpo(model, tokenizer, pairs, tmp_path, max_epochs=3)
     assert metrics["steps"] == 6 and metrics["reward_accuracy"] > 0.5
     lora = {k: v for k, v in peft_model.named_parameters() if "lora_B" in k}
     assert lora and all(v.abs().max() > 0 for v in lora.values())

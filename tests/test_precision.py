@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from peft import LoraConfig
 
 from agentq.agent.policy import eos_token_ids
 from agentq.data.pairs import StepPair
 from agentq.models import TinyRandomModel, completion_logprobs, pad_pairs, pair_logprobs, sample_k
-from agentq.objectives import DPOLoss
-from agentq.training.fit import fit
+from tests.conftest import fit_tiny_dpo
 
 MESSAGES = [
     {"role": "system", "content": "You are a web shopping agent."},
@@ -103,18 +101,7 @@ def test_lora_dpo_training_on_a_bf16_model(tmp_path):
                  0.0, 0.0, 1.0, 0.0, 1, 1)
         for i in range(4)
     ]  # fmt: skip
-    peft_model, metrics = fit(
-        model,
-        tokenizer,
-        pairs,
-        objective=DPOLoss(beta=0.5),
-        optimizer=lambda params: torch.optim.AdamW(params, lr=1e-2),
-        lora=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"),
-        lightning={"accelerator": "cpu", "max_epochs": 2, "enable_progress_bar": False},
-        out_dir=tmp_path,
-        batch_size=2,
-        shared_prefix=True,
-    )
+    peft_model, metrics = fit_tiny_dpo(model, tokenizer, pairs, tmp_path, max_epochs=2, shared_prefix=True)
     assert metrics["steps"] == 4 and torch.isfinite(torch.tensor(metrics["loss"]))
     lora_b = [p for n, p in peft_model.named_parameters() if "lora_B" in n]
     assert lora_b and all(p.dtype == torch.float32 for p in lora_b)
