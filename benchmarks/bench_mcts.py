@@ -191,31 +191,32 @@ def run(args: argparse.Namespace) -> dict:
     }
 
 
-def report(out: dict) -> None:
-    print(f"\n## MCTS on WebShop: prompt-cache modes ({out['model']})\n")
-    print(
+def report(out: dict) -> str:
+    lines = []
+    lines.append(f"\n## MCTS on WebShop: prompt-cache modes ({out['model']})\n")
+    lines.append(
         f"- machine: {platform.processor() or platform.machine()}, os.cpu_count()={os.cpu_count()}, "
         f"torch threads={out['threads']}, torch {torch.__version__}, "
         f"transformers {transformers.__version__}"
     )
-    print(
+    lines.append(
         f"- load average (1 min) before/after: {out['load_average'][0]:.2f} / {out['load_average'][1]:.2f} "
         "(above the core count means other processes shared the CPU)"
     )
-    print(
+    lines.append(
         f"- model load {out['load_seconds']:.1f} s; tasks {out['tasks']}, {out['simulations']} simulations "
         f"each, K={out['num_actions']}, {out['max_new_tokens']} new tokens, constrained commands, "
         f"tree bound {out['prefix_cache_tokens']} tokens; modes interleaved per task"
     )
     verdict = ", ".join(f"{m}: {'yes' if ok else 'NO'}" for m, ok in out["identical"].items())
-    print(f"- trees identical to mode 'none': {verdict}\n")
-    print(
+    lines.append(f"- trees identical to mode 'none': {verdict}\n")
+    lines.append(
         "| cache | sims | s | sims/min | vs none | CPU s | sims/CPU-min | vs none "
         "| policy prompt tokens computed / reused | critic computed / reused | evicted | cached MB |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    lines.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for mode, f in out["modes"].items():
-        print(
+        lines.append(
             f"| {mode} | {f['simulations']} | {f['seconds']:.0f} | {f['sims_per_min']:.2f} "
             f"| {f['speedup']:.2f}x | {f['cpu_seconds']:.0f} | {f['sims_per_cpu_min']:.2f} "
             f"| {f['cpu_speedup']:.2f}x | {f['policy_computed_tokens']} / {f['policy_reused_tokens']} "
@@ -223,11 +224,12 @@ def report(out: dict) -> None:
             f"| {f['policy_evicted_tokens'] + f['critic_evicted_tokens']} "
             f"| {f['policy_cached_mb'] + f['critic_cached_mb']:.0f} |"
         )
+    return "\n".join(lines)
 
 
 def main() -> None:
     out = run(parse_args())
-    report(out)
+    print(report(out))
     if not all(out["identical"].values()):
         raise SystemExit("the prompt cache changed the search")
 

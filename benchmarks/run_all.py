@@ -23,10 +23,8 @@ interleaves what it compares and the table reports ratios.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
 import importlib
-import io
 import json
 import os
 import platform
@@ -378,12 +376,7 @@ def run_one(bench: Benchmark, quick: bool) -> dict[str, Any]:
         row = bench.row(results)
     except (KeyError, TypeError, ZeroDivisionError) as error:  # figures not in the shape the row expects
         row = Row("see details", "-", None, f"row not wired to this result ({type(error).__name__}: {error})")
-    text = ""
-    if report is not None:
-        printed = io.StringIO()
-        with contextlib.redirect_stdout(printed):
-            returned = report(results)
-        text = returned if isinstance(returned, str) else printed.getvalue()
+    text = report(results) if report is not None else ""
     print(text, flush=True)
     return {"status": "ok", "argv": argv, "seconds": seconds, "results": results, "row": row.__dict__, "report": text}
 
