@@ -1,15 +1,17 @@
-"""Evaluation on held-out tasks: zero-shot (greedy, no search) and with search.
+"""Evaluation on held-out tasks, in four modes (docs/method.md):
 
-"With search" runs the configured search at inference on each task and scores
-the best trajectory it found. The search's value signal includes the
-environment's reward (as in Agent Q's inference-time MCTS), so this mode
-measures what the agent achieves when it may explore and backtrack in the
-environment; its budget (model calls, env steps) is reported beside it.
-
-"Recovery" (Agent-R, Table 3) starts each task from the first steps of an
-episode that failed: the prefix's commands are replayed, then the policy acts
-greedily until the episode ends or the step limit (prefix included). It
-measures how often the agent still succeeds after starting from its own mistakes.
+- **zero_shot**: greedy, no search.
+- **committed**: the agent acts with search (:mod:`agentq.search.committed`): at
+  every real step it searches from its state, valued by its critic and a judge,
+  never by the environment's reward, and executes one action. The episode's
+  reward is what it actually did: the headline "with search" row.
+- **verifier**: the configured search once per task, scored by its best
+  trajectory ranked by the environment's own reward: pass@rollouts with the
+  environment as the verifier, an upper bound, labelled as such everywhere.
+- **recovery** (Agent-R, Table 3): each task starts from the first steps of an
+  episode that failed: the prefix's commands are replayed, then the policy acts
+  greedily until the episode ends or the step limit (prefix included). It
+  measures how often the agent still succeeds after starting from its own mistakes.
 
 Each task's episode is written to disk as it finishes; a resumed run skips
 tasks already evaluated.
@@ -27,15 +29,21 @@ import torch
 
 from agentq.agent import episode as ep
 from agentq.agent.episode import run_episode
+from agentq.agent.policy import forget_prompts
 from agentq.data.buffer import ReplayBuffer, read_json, write_json
 from agentq.data.trajectory import Step, Trajectory
 from agentq.parallel import for_each_task
+from agentq.search.committed import committed_episode
+
+SEARCH_MODES = ("committed", "verifier")
+MODES = ("zero_shot", *SEARCH_MODES, "recovery")  # the folders under iter_XXX/eval/, in evaluation order
 
 Episode = Callable[[Any, torch.Generator], tuple[Trajectory, dict[str, float]]]
 
 
 def zero_shot(env: gym.Env, policy, *, max_steps: int, dense_reward: bool = False) -> Episode:
     def episode(task_id: Any, generator: torch.Generator) -> tuple[Trajectory, dict[str, float]]:
+        forget_prompts(policy)  # an episode depends on its task, never on the one before
         before = getattr(policy, "num_calls", 0)
         trajectory = run_episode(env, policy, task_id, max_steps=max_steps, dense_reward=dense_reward)
         return trajectory, {"policy_calls": getattr(policy, "num_calls", 0) - before}
@@ -43,11 +51,21 @@ def zero_shot(env: gym.Env, policy, *, max_steps: int, dense_reward: bool = Fals
     return episode
 
 
-def with_search(env: gym.Env, policy, critic, search) -> Episode:
+def verifier(env: gym.Env, policy, critic, search) -> Episode:
     def episode(task_id: Any, generator: torch.Generator) -> tuple[Trajectory, dict[str, float]]:
         result = search(env, policy, critic, task_id=task_id, generator=generator)
         best = result.best or Trajectory(task_id=task_id, steps=[], reward=0.0, success=False)
         return best, dict(result.stats)
+
+    return episode
+
+
+def committed(env: gym.Env, policy, critic, judge, search, *, max_steps: int, dense_reward: bool = False) -> Episode:
+    def episode(task_id: Any, generator: torch.Generator) -> tuple[Trajectory, dict[str, float]]:
+        return committed_episode(
+            env, policy, critic, judge, search,
+            task_id=task_id, max_steps=max_steps, dense_reward=dense_reward, generator=generator,
+        )  # fmt: skip
 
     return episode
 
@@ -71,6 +89,7 @@ def recovery(
     def episode(task_id: Any, generator: torch.Generator) -> tuple[Trajectory, dict[str, float]]:
         if task_id not in prefixes:
             raise KeyError(f"recovery: no failed prefix for task {task_id!r} (see failed_prefixes)")
+        forget_prompts(policy)
         before = getattr(policy, "num_calls", 0)
         history = ep.start(env, task_id)
         outcome = ep.Outcome(terminal=False, success=False, score=0.0)
@@ -154,10 +173,15 @@ def aggregate(records: Sequence[dict]) -> dict[str, float]:
     # The papers' tables: success rate in %, WebShop's "score" = average reward x 100.
     metrics["success_pct"] = 100 * metrics["success_rate"]
     metrics["score"] = 100 * metrics["avg_reward"]
-    for key in ("policy_calls", "critic_calls", "env_steps", "prefix_steps"):
+    for key in ("policy_calls", "critic_calls", "judge_calls", "env_steps", "prefix_steps"):
         values = [r["stats"].get(key) for r in records if key in r["stats"]]
         if values:
             metrics[f"avg_{key}"] = sum(values) / len(values)
+    # Shares of the steps whose command was exact / rewritten / refused / missing / unchecked
+    # (agentq.agent.grounding), over the steps that recorded one (not replayed prefixes, old files).
+    from agentq.agent.grounding import grounding_shares
+
+    metrics |= grounding_shares(s.get("grounding") for t in trajectories for s in t["steps"])
     return metrics
 
 

@@ -39,7 +39,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from agentq import evaluate as ev
-from agentq import tracking
+from agentq import oracle, tracking, validation
 from agentq.data.buffer import ReplayBuffer, read_json, write_json
 from agentq.data.pairs import StepPairBuilder
 from agentq.data.trajectory import Trajectory
@@ -69,11 +69,10 @@ class IncompatibleConfig(ValueError):
 
 def build(cfg: DictConfig) -> Components:
     """Instantiate and validate every configured part; a bad value fails here,
-    before any model loads, with a message naming its key."""
-    for key in ("iterations", "collect.num_tasks", "eval.num_tasks"):
-        value = OmegaConf.select(cfg, key)
-        if not isinstance(value, int) or value < 0:
-            raise ValueError(f"{key} must be an integer >= 0, got {value!r}")
+    before any model loads, with a message naming its key (agentq/validation.py:
+    every _target_ node's keys and types, the loop keys, the trainer group and the
+    Lightning Trainer, the model's files, the env's splits)."""
+    validation.check_config(cfg)
     dtype = OmegaConf.select(cfg, "model.dtype", default="float32")
     if cfg.iterations > 0 and dtype != "float32":
         # Each trained adapter is merged into the base weights; in 16 bits most of its
@@ -90,11 +89,17 @@ def build(cfg: DictConfig) -> Components:
     pair_builder = instantiate(cfg.pairs)
     objective = instantiate(cfg.objective)
     check_compatible(cfg, search, critic.func, pair_builder, objective)
+    check_search_modes(cfg, search)
     if cfg.eval.get("num_simulations") and not hasattr(search, "num_simulations"):
         raise IncompatibleConfig(
             f"eval.num_simulations is an MCTS budget, and search {type(search).__name__} has none: "
             "set eval.num_simulations=null (or bound any search with search.max_policy_calls)"
         )
+    validation.check_trainer(cfg, kind=getattr(objective, "kind", None))
+    policy = instantiate(cfg.agent)
+    model = instantiate(cfg.model)
+    if callable(getattr(model, "check", None)):
+        model.check()  # the folders and files load() reads, without reading weights
     _check_env_id(cfg.env.make.id)
     env = instantiate(cfg.env.make)
     workers = cfg.get("workers", 1)
@@ -106,10 +111,15 @@ def build(cfg: DictConfig) -> Components:
             f"workers={workers} forks the environment, and {type(env.unwrapped).__name__} holds a connection "
             "to another process (a JVM or a browser) that forked workers cannot share: use workers=1"
         )
+    try:
+        validation.check_env_keys(cfg, env)
+    except ValueError:
+        env.close()
+        raise
     return Components(
-        model=instantiate(cfg.model),
+        model=model,
         env=env,
-        policy=instantiate(cfg.agent),
+        policy=policy,
         critic=critic,
         search=search,
         pair_builder=pair_builder,
@@ -156,6 +166,26 @@ def check_compatible(cfg: DictConfig, search, critic_cls, pair_builder, objectiv
         )
 
 
+def check_search_modes(cfg: DictConfig, search) -> None:
+    """``eval.search_modes`` and the committed mode's budget, before any model loads."""
+    modes = search_modes(cfg, search)
+    unknown = [m for m in modes if m not in ev.SEARCH_MODES]
+    if unknown:
+        raise ValueError(f"eval.search_modes: unknown modes {unknown}, choose from {list(ev.SEARCH_MODES)}")
+    if not (cfg.eval.search and "committed" in modes):
+        return
+    if not hasattr(search, "search_from"):
+        raise IncompatibleConfig(
+            f"eval.search_modes: the committed mode searches from every state the agent reaches, which search "
+            f"{type(search).__name__} cannot do (MCTS can): use eval.search_modes=[verifier] or search=mcts"
+        )
+    for key in ("num_simulations", "max_depth"):
+        value = OmegaConf.select(cfg, f"eval.committed.{key}")
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"eval.committed.{key} must be an integer >= 1, got {value!r}")
+    instantiate(cfg.eval.committed.judge)  # a partial: a bad target or key fails here
+
+
 def _check_env_id(env_id: str) -> None:
     """``module:name`` ids import their module first (that registers the env)."""
     module, _, name = env_id.rpartition(":")
@@ -195,6 +225,7 @@ def run(cfg: DictConfig) -> dict:
         env = parts.env
         train_ids = list(env.unwrapped.task_ids(cfg.collect.split))
         test_ids = list(env.unwrapped.task_ids(cfg.eval.split))[: cfg.eval.num_tasks]
+        oracle.write_oracle(cfg, env, test_ids, run_dir)  # the scripted oracle on the same goals and budget
         for iteration in range(cfg.iterations + 1):
             if iteration > 0:
                 model = _improve(cfg, parts, model, critic_model or model, tokenizer, buffer, iteration, train_ids, loggers)
@@ -294,15 +325,38 @@ def _evaluate(cfg, parts: Components, model, critic_model, tokenizer, buffer, it
         episode = ev.zero_shot(parts.env, policy, max_steps=cfg.eval.max_steps, dense_reward=cfg.dense_reward)
         _evaluate_mode(cfg, buffer, iteration, "zero_shot", episode, test_ids, loggers)
     if cfg.eval.search:
-        search = parts.search
-        if cfg.eval.get("num_simulations"):  # an inference budget of its own
-            search = dataclasses.replace(search, num_simulations=cfg.eval.num_simulations)
-        episode = ev.with_search(parts.env, policy, parts.critic(critic_model, tokenizer), search)
-        _evaluate_mode(cfg, buffer, iteration, "search", episode, test_ids, loggers)
+        critic = parts.critic(critic_model, tokenizer)
+        modes = search_modes(cfg, parts.search)
+        if "committed" in modes:  # headline: the agent acts with search, blind to the env's reward
+            committed = cfg.eval.committed
+            search = dataclasses.replace(
+                parts.search, num_simulations=committed.num_simulations, max_depth=committed.max_depth
+            )
+            judge = instantiate(committed.judge)(critic_model, tokenizer)
+            episode = ev.committed(
+                parts.env, policy, critic, judge, search, max_steps=cfg.eval.max_steps, dense_reward=cfg.dense_reward
+            )
+            _evaluate_mode(cfg, buffer, iteration, "committed", episode, test_ids, loggers)
+        if "verifier" in modes:  # best rollout by the env's reward: an upper bound
+            # The episode budget of every other row (and of the oracle's), not the collection depth.
+            search = dataclasses.replace(parts.search, max_depth=cfg.eval.max_steps)
+            if cfg.eval.get("num_simulations"):  # an inference budget of its own
+                search = dataclasses.replace(search, num_simulations=cfg.eval.num_simulations)
+            episode = ev.verifier(parts.env, policy, critic, search)
+            _evaluate_mode(cfg, buffer, iteration, "verifier", episode, test_ids, loggers)
     if cfg.eval.recovery:  # after zero_shot: iteration 0's failures are the prefixes
         prefixes = _recovery_prefixes(cfg, buffer, test_ids)
         episode = ev.recovery(parts.env, policy, prefixes, max_steps=cfg.eval.max_steps, dense_reward=cfg.dense_reward)
         _evaluate_mode(cfg, buffer, iteration, "recovery", episode, list(prefixes), loggers)
+
+
+def search_modes(cfg: DictConfig, search) -> list[str]:
+    """The inference-time search modes (``ev.SEARCH_MODES``) of ``eval.search_modes``;
+    null: every mode the search supports (committed needs ``search_from``: MCTS)."""
+    modes = cfg.eval.get("search_modes")
+    if modes is None:
+        return [m for m in ev.SEARCH_MODES if m != "committed" or hasattr(search, "search_from")]
+    return list(modes)
 
 
 def _evaluate_mode(cfg, buffer, iteration, mode, episode, task_ids, loggers) -> None:
@@ -340,7 +394,7 @@ def write_summary(cfg, buffer: ReplayBuffer, run_dir: Path, wall_seconds: float)
     for iteration in range(cfg.iterations + 1):
         folder = buffer.iteration_dir(iteration)
         entry: dict[str, Any] = {"iteration": iteration, "eval": {}}
-        for mode in ("zero_shot", "search", "recovery"):
+        for mode in ev.MODES:
             path = folder / "eval" / f"{mode}.json"
             if path.exists():
                 entry["eval"][mode] = read_json(path)
@@ -354,6 +408,8 @@ def write_summary(cfg, buffer: ReplayBuffer, run_dir: Path, wall_seconds: float)
         if entry["eval"] or iteration == 0 or folder.exists():
             iterations.append(entry)
     summary = {"iterations": iterations, "wall_seconds": round(wall_seconds, 1)}
+    if (run_dir / oracle.FILE).exists():  # eval split, budget, success rate and n of the scripted oracle
+        summary["oracle"] = oracle.summary_entry(read_json(run_dir / oracle.FILE))
     write_json(run_dir / "summary.json", summary)
     return summary
 

@@ -298,7 +298,7 @@ BENCHMARKS = [
         f"peak RSS of `python run.py +experiment=webshop_mcts_dpo` <= {MEMORY_TARGET_GB:.0f} GB*",
         _env_argv(
             ["+experiment=webshop_mcts_dpo"],
-            ["+experiment=smoke", "env=webshop", "agent.grounder.min_score=0"],
+            ["+experiment=smoke", "env=webshop"],
         ),
         memory_row,
     ),

@@ -1,10 +1,25 @@
-"""Environments, one package each, registered with Gymnasium on import."""
+"""Environments, one package each, registered with Gymnasium on import.
+
+Each package also has a scripted oracle, ``envs.<name>.oracle.play(env,
+task_id, max_steps) -> OracleResult``: it plays one task in a Gymnasium env
+made from the config, within ``max_steps`` steps, using what the agent sees
+(plus the task's own statement of the goal). :mod:`agentq.oracle` turns it
+into the oracle row of every evaluation.
+"""
 
 import operator
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import gymnasium
+
+
+class OracleResult(NamedTuple):
+    """One oracle episode: success, the env's score in [0, 1], steps taken."""
+
+    success: bool
+    score: float
+    steps: int
 
 
 def register(env_id: str, entry_point: str) -> None:

@@ -23,9 +23,12 @@ def make_cfg(tmp_path):
     return _compose
 
 
-def fit_tiny_dpo(model, tokenizer, pairs, out_dir, *, max_epochs: int, **kwargs):
-    """The tests' small preference fit: a LoRA (r 4 on q/v) trained by DPO (beta 0.5,
-    AdamW lr 1e-2), 2 pairs per step; ``kwargs`` go to ``agentq.training.fit.fit``."""
+def fit_tiny_dpo(
+    model, tokenizer, pairs, out_dir, *, max_epochs: int, lora_dropout: float = 0.0, lightning=None, **kwargs
+):
+    """The tests' small preference fit: a LoRA (r 4 on q/v, ``lora_dropout``) trained by
+    DPO (beta 0.5, AdamW lr 1e-2), 2 pairs per step; ``lightning`` adds Trainer options
+    and ``kwargs`` go to ``agentq.training.fit.fit``."""
     import torch
     from peft import LoraConfig
 
@@ -38,9 +41,34 @@ def fit_tiny_dpo(model, tokenizer, pairs, out_dir, *, max_epochs: int, **kwargs)
         pairs,
         objective=DPOLoss(beta=0.5),
         optimizer=lambda params: torch.optim.AdamW(params, lr=1e-2),
-        lora=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"),
-        lightning={"accelerator": "cpu", "max_epochs": max_epochs, "enable_progress_bar": False},
+        lora=LoraConfig(
+            r=4, lora_alpha=8, lora_dropout=lora_dropout, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"
+        ),
+        lightning={"accelerator": "cpu", "max_epochs": max_epochs, "enable_progress_bar": False, **(lightning or {})},
         out_dir=out_dir,
         batch_size=2,
         **kwargs,
     )
+
+
+class PrefillLog:
+    """Records, for every prefill through the given parts' prompt caches, the prompt
+    length and how many of its tokens the cache already held: two runs whose logs
+    differ computed their logits from different cache states (and so, on some CPUs,
+    from differently shaped kernels)."""
+
+    def __init__(self, monkeypatch, *parts) -> None:
+        self.entries: list[tuple[int, int, int]] = []
+        for index, part in enumerate(parts):
+            cache = part.prefix_cache
+            original = cache.prefill
+
+            def prefill(model, prompt_ids, _cache=cache, _original=original, _index=index):
+                self.entries.append((_index, len(prompt_ids), _cache.cached_prefix(prompt_ids)))
+                return _original(model, prompt_ids)
+
+            monkeypatch.setattr(cache, "prefill", prefill)
+
+    def take(self) -> list[tuple[int, int, int]]:
+        entries, self.entries = self.entries, []
+        return entries

@@ -38,20 +38,40 @@ def test_table_rows_come_from_the_evaluation_files(tmp_path):
     base = runs / "agentq" / "iter_000" / "eval" / "zero_shot"
     _episode(base, 0, False, 0.0, 4)
     _episode(base, 1, True, 1.0, 6)
-    last_search = runs / "agentq" / "iter_002" / "eval" / "search"
-    _episode(last_search, 0, True, 1.0, 20)
-    _episode(last_search, 1, True, 0.5, 30)
+    last_verifier = runs / "agentq" / "iter_002" / "eval" / "search"  # a run from before "verifier"
+    _episode(last_verifier, 0, True, 1.0, 20)
+    _episode(last_verifier, 1, True, 0.5, 30)
+    last_committed = runs / "agentq" / "iter_002" / "eval" / "committed"
+    _episode(last_committed, 0, False, 0.25, 40)
     rows = {r["method"]: r for r in compare.table_rows(tmp_path)}
     assert rows["base"]["success_pct"] == 50.0 and rows["base"]["avg_reward"] == 0.5
     assert rows["base"]["model_calls"] == 5.0 and rows["base"]["tasks"] == 2
-    assert rows["Agent Q + MCTS"]["success_pct"] == 100.0 and rows["Agent Q + MCTS"]["avg_reward"] == 0.75
+    verifier = rows[f"Agent Q + MCTS ({compare.VERIFIER})"]
+    assert verifier["success_pct"] == 100.0 and verifier["avg_reward"] == 0.75
+    committed = rows[f"Agent Q + MCTS ({compare.COMMITTED})"]
+    assert committed["success_pct"] == 0.0 and committed["avg_reward"] == 0.25 and committed["tasks"] == 1
+    assert "best rollout by the env's reward" in compare.VERIFIER and "no env reward" in compare.COMMITTED
     assert rows["RFT"]["tasks"] == 0 and rows["Agent-R (zero-shot)"]["tasks"] == 0  # not evaluated / no run
     markdown = compare.to_markdown(list(rows.values()))
     assert "| base | 50.0 [" in markdown and "| RFT | - | - | 0 | - | - |" in markdown
     lines = compare.to_csv(list(rows.values())).splitlines()
-    assert lines[0].startswith("method,success_pct") and len(lines) == 1 + len(compare.ROWS)
+    assert lines[0].startswith("method,success_pct") and len(lines) == 1 + len(compare.ROWS) + 1  # + the oracle
+    assert rows["scripted oracle"]["tasks"] == 0  # the agentq run wrote no oracle.json
     # A comparison of some methods tables only their rows.
     chosen = tuple(m for m in compare.METHODS if m.name in ("agentq", "rft"))
     labels = [r["method"] for r in compare.table_rows(tmp_path, chosen)]
-    assert labels == [r.label for r in compare.ROWS if r.method in ("agentq", "rft")]
+    assert labels == [r.label for r in compare.ROWS if r.method in ("agentq", "rft")] + ["scripted oracle"]
     assert "RFT" in labels and "Agent-R (zero-shot)" not in labels
+
+
+def test_the_oracle_row_reads_the_agentq_runs_oracle_file(tmp_path):
+    run_dir = tmp_path / "runs" / "agentq"
+    run_dir.mkdir(parents=True)
+    episodes = [{"task_id": t, "success": t != 2, "score": 1.0 if t != 2 else 0.5, "steps": 5} for t in range(4)]
+    oracle = {"policy": "scripted oracle", "split": "test", "max_steps": 40, "num_tasks": 4, "episodes": episodes}
+    (run_dir / "oracle.json").write_text(json.dumps(oracle))
+    row = compare.table_rows(tmp_path)[-1]
+    assert row["method"] == "scripted oracle (test, 40 steps)" and row["source"] == "agentq/oracle"
+    assert row["tasks"] == 4 and row["success_pct"] == 75.0 and row["avg_reward"] == 0.875
+    assert row["success_ci"] == tuple(100 * x for x in compare.wilson_interval(3, 4))
+    assert "| scripted oracle (test, 40 steps) | 75.0 [" in compare.to_markdown([row])

@@ -1,11 +1,17 @@
 """Every config composes; every experiment builds without loading weights; bad values fail early."""
 
+import os
+import resource
+import subprocess
+import sys
+import time
+
 import pytest
 import transformers
-from hydra.errors import HydraException
+from hydra.errors import HydraException, InstantiationException
 
 from agentq.loop import build
-from tests.conftest import CONF
+from tests.conftest import CONF, ROOT
 
 GROUPS = ["model", "env", "agent", "search", "critic", "objective", "pairs", "trainer", "logger", "paths"]
 EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
@@ -124,3 +130,197 @@ def test_mcts_eval_budget_with_another_search_is_refused(make_cfg, no_weights):
 
     with pytest.raises(IncompatibleConfig, match="eval.num_simulations"):
         build(make_cfg("+experiment=smoke", "search=tot_bfs", "eval.num_simulations=2"))
+
+
+# ---------------------------------------------------------------- every value checked before any model loads
+# (issue 14 §5: a bad trainer value used to surface after the base evaluation and the
+# collection; a bad model path inside HFModel.load, after config.yaml was written)
+
+
+@pytest.fixture
+def no_load(monkeypatch, no_weights):
+    """Any model source's load() fails the test: build must not need one."""
+    from agentq.models import loading
+
+    def refuse(self):
+        raise AssertionError(f"{type(self).__name__}.load() was called while building components")
+
+    for source in (loading.EmbeddedSmolLM2, loading.HFModel, loading.TinyRandomModel):
+        monkeypatch.setattr(source, "load", refuse)
+
+
+def refused(make_cfg, *overrides, match=None):
+    """build() on the overrides: returns the ValueError's message after checking it was
+    quick (no model, no env episode) and named what ``match`` says."""
+    started = time.monotonic()
+    with pytest.raises((ValueError, InstantiationException)) as info:  # Hydra's names the target's key
+        build(make_cfg(*overrides)).env.close()
+    assert time.monotonic() - started < 15
+    message = f"{info.value} {info.value.__cause__ or ''}"
+    if match is not None:
+        assert match in message, message
+    return message
+
+
+@pytest.mark.parametrize(
+    "overrides, key",
+    [
+        # The issue's example: an evaluation-only run (iterations=0) never trains, and still refuses it.
+        (["+experiment=textcraft_zero_shot", "model=tiny", "trainer.lightning.max_epochs=abc"], "trainer.lightning.max_epochs"),
+        (["+experiment=smoke", "trainer.lightning.max_epochs=abc"], "trainer.lightning.max_epochs"),
+        (["+experiment=smoke", "trainer.lightning.max_epochs=-5"], "trainer.lightning.max_epochs"),
+        (["+experiment=smoke", "trainer.lightning.max_epochs=1.5"], "trainer.lightning.max_epochs"),
+        (["+experiment=smoke", "+trainer.lightning.max_step=3"], "trainer.lightning.max_step"),  # unknown: did you mean max_steps
+        (["+experiment=smoke", "trainer.lightning.accumulate_grad_batches=0"], "trainer.lightning.accumulate_grad_batches"),
+        (["+experiment=smoke", "trainer.lightning.gradient_clip_val=-1"], "trainer.lightning.gradient_clip_val"),
+        (["+experiment=smoke", "trainer.lightning.devices=0"], "trainer.lightning.devices"),
+        (["+experiment=smoke", "trainer.lightning.precision=33"], "trainer.lightning.precision"),
+        (["+experiment=smoke", "trainer.lightning.accelerator=tpu"], "trainer.lightning"),  # only a Trainer knows
+        (["+experiment=smoke", "+trainer.lightning.default_root_dir=/tmp"], "trainer.lightning.default_root_dir"),
+        (["+experiment=smoke", "+trainer.lightning.enable_checkpointing=false"], "trainer.lightning.enable_checkpointing"),
+        (["+experiment=smoke", "trainer.batch_size=0"], "trainer.batch_size"),
+        (["+experiment=smoke", "trainer.batch_size=two"], "trainer.batch_size"),
+        (["+experiment=smoke", "trainer.max_prompt_tokens=4"], "trainer.max_prompt_tokens"),
+        (["+experiment=smoke", "trainer.checkpoint_every_n_steps=-1"], "trainer.checkpoint_every_n_steps"),
+        (["+experiment=smoke", "trainer.shared_prefix=yes"], "trainer.shared_prefix"),
+        (["+experiment=smoke", "trainer.gradient_checkpointing=true"], "trainer.shared_prefix"),
+        (["+experiment=smoke", "+trainer.batchsize=4"], "trainer.batchsize"),
+        (["+experiment=smoke", "trainer.optimizer.lr=-1"], "trainer.optimizer"),
+        (["+experiment=smoke", "trainer.optimizer.lr=fast"], "trainer.optimizer.lr"),
+        (["+experiment=smoke", "+trainer.optimizer.momentum=0.9"], "trainer.optimizer.momentum"),
+        (["+experiment=smoke", "trainer.lora.r=0"], "trainer.lora.r"),
+        (["+experiment=smoke", "trainer.lora.lora_dropout=1.5"], "trainer.lora.lora_dropout"),
+    ],
+)
+def test_bad_trainer_values_fail_in_build_naming_the_key(make_cfg, no_load, overrides, key):
+    refused(make_cfg, *overrides, match=key)
+
+
+@pytest.mark.parametrize(
+    "overrides, key",
+    [
+        (["seed=abc"], "seed"),
+        (["seed=-1"], "seed"),
+        (["iterations=true"], "iterations"),
+        (["eval.max_steps=0"], "eval.max_steps"),
+        (["eval.max_steps=abc"], "eval.max_steps"),
+        (["threads=0"], "threads"),
+        (["dense_reward=1"], "dense_reward"),
+        (["eval.num_simulations=0"], "eval.num_simulations"),
+        (["eval.split=validation"], "eval.split"),
+        (["collect.split=nope"], "collect.split"),
+        (["eval.recovery=true", "eval.base=false"], "eval.recovery"),
+        (["eval.recovery=true", "eval.recovery_from=/nonexistent/run"], "eval.recovery_from"),
+        (["eval.recovery=true", "eval.recovery_fraction=0"], "eval.recovery_fraction"),
+        (["search.num_simulations=abc"], "search.num_simulations"),
+        (["+search.num_simulation=3"], "search.num_simulation"),  # a typo'd key: did you mean
+        (["critic.max_prompt_tokens=-1"], "critic.max_prompt_tokens"),  # a partial: built after the model loads
+        (["+critic.max_prevous=3"], "critic.max_prevous"),
+        (["critic.rank_score.top=-1"], "critic.rank_score"),
+        (["critic=llm_vote", "search=tot_bfs", "critic.num_votes=0"], "critic.num_votes"),
+        (["critic=llm_value", "search=tot_bfs", "critic.scale=maybe"], "critic.scale"),
+        (["objective=masked_sft", "search=mcts", "pairs.judge.max_chars=0"], "pairs.judge.max_chars"),
+        (["agent.sampling.max_new_tokens=many"], "agent.sampling.max_new_tokens"),
+        (["+logger.csv.flush_every=3"], "logger.csv.flush_every"),
+        (["model.num_heads=0"], "model.num_heads"),
+    ],
+)
+def test_bad_loop_and_group_values_fail_in_build_naming_the_key(make_cfg, no_load, overrides, key):
+    refused(make_cfg, "+experiment=smoke", *overrides, match=key)
+
+
+def test_gpu_trainer_is_refused_only_for_runs_that_train(make_cfg, no_load):
+    import torch
+
+    build(make_cfg("+experiment=smoke", "trainer=ddp_gpu", "iterations=0")).env.close()
+    build(make_cfg("+experiment=smoke", "trainer=ddp_cpu")).env.close()  # spawned workers on CPU: fine
+    if not torch.cuda.is_available():
+        refused(make_cfg, "+experiment=smoke", "trainer=ddp_gpu", match="trainer.lightning (accelerator='gpu'")
+
+
+@pytest.mark.parametrize(
+    "name_or_path, says",
+    [
+        ("/nonexistent", "no such folder"),  # the issue's example
+        ("./models/absent", "no such folder"),
+        ("a/b/c", "no such folder"),
+        ("not a repo id!", "neither an existing folder"),
+        ("agentq-tests/not-in-any-local-cache", "not in the local Hugging Face cache"),
+    ],
+)
+def test_hf_model_that_cannot_load_fails_in_build(make_cfg, no_load, name_or_path, says):
+    message = refused(make_cfg, "model=hf", f"model.name_or_path='{name_or_path}'", match="model.name_or_path")
+    assert says in message
+
+
+def test_hf_model_folder_without_weights_or_tokenizer_fails_in_build(make_cfg, no_load, tmp_path):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    message = refused(make_cfg, "model=hf", f"model.name_or_path={folder}", match="model.name_or_path")
+    assert "no weights and no tokenizer" in message
+    (folder / "model.safetensors").write_bytes(b"")
+    (folder / "tokenizer.json").write_text("{}")
+    build(make_cfg("model=hf", f"model.name_or_path={folder}", "iterations=0")).env.close()  # files present: accepted
+
+
+def test_hf_hub_id_in_the_local_cache_is_accepted_offline(make_cfg, no_load, tmp_path, monkeypatch):
+    """The hub cache layout (models--org--name/refs/main -> snapshots/<commit>/...)."""
+    from huggingface_hub import constants
+
+    repo = tmp_path / "hub" / "models--agentq-tests--cached"
+    snapshot = repo / "snapshots" / ("0" * 40)
+    snapshot.mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0" * 40)
+    (snapshot / "config.json").write_text("{}")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    overrides = ["model=hf", "model.name_or_path=agentq-tests/cached", "model.local_files_only=false", "iterations=0"]
+    assert "HF_HUB_OFFLINE" in refused(make_cfg, *overrides, match="model.name_or_path")  # a config, no weights
+    (snapshot / "model.safetensors").write_bytes(b"")
+    build(make_cfg(*overrides)).env.close()
+
+
+def test_smollm2_without_its_package_or_cache_fails_in_build(make_cfg, no_load, tmp_path, monkeypatch):
+    from agentq.models import loading
+
+    monkeypatch.setattr(loading, "SMOLLM2_PACKAGE", "agentq_tests_no_such_package")
+    refused(make_cfg, "model=smollm2", f"paths.model_cache={tmp_path}", "iterations=0", match="model.cache_dir")
+
+
+def test_a_refused_config_writes_no_config_yaml(make_cfg, no_load, tmp_path):
+    from agentq.loop import run
+
+    cfg = make_cfg("+experiment=smoke", "trainer.lightning.max_epochs=abc")
+    with pytest.raises(ValueError, match="trainer.lightning.max_epochs"):
+        run(cfg)
+    assert not (tmp_path / "run" / "config.yaml").exists()
+
+
+@pytest.mark.parametrize(
+    "overrides, key",
+    [
+        (["+experiment=textcraft_zero_shot", "model=tiny", "trainer.lightning.max_epochs=abc"], "trainer.lightning.max_epochs"),
+        (["model=hf", "model.name_or_path=/nonexistent"], "model.name_or_path"),
+    ],
+)
+def test_the_issue_examples_fail_fast_through_run_py(tmp_path, overrides, key):
+    """The real entry point, in a fresh process (imports included): refused in seconds,
+    naming the key, with nothing written to the run directory."""
+    run_dir = tmp_path / "run"
+    env = os.environ | {"HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}
+    started, cpu_before = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "run.py"), *overrides, f"hydra.run.dir={run_dir}"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )
+    wall, cpu_after = time.monotonic() - started, resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = cpu_after.ru_utime + cpu_after.ru_stime - cpu_before.ru_utime - cpu_before.ru_stime
+    assert done.returncode != 0
+    assert any(line.startswith("ValueError: ") and key in line for line in done.stderr.splitlines()), done.stderr[-2000:]
+    assert "AssertionError" not in done.stderr
+    assert not (run_dir / "config.yaml").exists()
+    # Most of it is importing torch, transformers and Lightning. CPU time, because wall
+    # time on a shared machine measures the neighbours (12 s wall for 4.5 s CPU at load 10).
+    assert cpu < 15, f"{cpu:.1f} s CPU, {wall:.1f} s wall"

@@ -17,7 +17,7 @@ from tests.conftest import ROOT, fit_tiny_dpo
 pytestmark = pytest.mark.slow
 
 
-def check_summary(summary: dict, iterations: int, modes=("zero_shot", "search"), base: bool = True) -> None:
+def check_summary(summary: dict, iterations: int, modes=("zero_shot", "committed", "verifier"), base: bool = True) -> None:
     assert [it["iteration"] for it in summary["iterations"]] == list(range(iterations + 1))
     for it in summary["iterations"]:
         if it["iteration"] == 0 and not base:
@@ -130,19 +130,28 @@ def test_wandb_offline_run_holds_trees_examples_and_adapter(make_cfg, monkeypatc
 
 
 def test_smoke_loop_on_webshop(make_cfg):
-    cfg = make_cfg("+experiment=smoke", "env=webshop", "agent.grounder.min_score=0")
+    cfg = make_cfg("+experiment=smoke", "env=webshop")
     summary = run(cfg)
     check_summary(summary, iterations=1)
+    zero_shot = summary["iterations"][0]["eval"]["zero_shot"]  # the shares of its steps' groundings
+    shares = [zero_shot[f"grounding_{k}"] for k in ("exact", "rewritten", "refused", "missing", "unchecked")]
+    assert zero_shot["grounding_steps"] > 0 and sum(shares) == pytest.approx(1.0)
     trees = list((Path(cfg.paths.run_dir) / "iter_001" / "collect").glob("task_*.json"))
     assert trees
-    # With min_score 0, every command on a page with buttons is one of its buttons
-    # (the random model may never leave the search page; the loop still has to run).
+    # Every edge records how its command relates to the page's actions: a listed
+    # (or filled) action, or the random model's text sent as written (refused) or
+    # nothing (missing); never a guessed button (the loop still has to run).
     for tree in trees:
         nodes = json.loads(tree.read_text())["tree"]["nodes"]
         for node in nodes[1:]:
-            clicks = [a for a in nodes[node["parent"]]["valid_actions"] or [] if a.startswith("click[")]
-            if clicks:
-                assert node["command"] in clicks
+            valid = nodes[node["parent"]]["valid_actions"] or []
+            if node["grounding"] in ("exact", "normalized"):
+                assert node["command"] in valid or "search[...]" in valid
+            elif node["grounding"] == "filled":
+                assert node["command"].startswith("search[")
+            else:
+                assert node["grounding"] in ("refused", "missing", "unchecked") and node["command"] not in valid
+                assert node["grounding"] != "unchecked" or not valid  # unchecked: the page listed nothing
 
 
 def test_parallel_workers_reproduce_a_sequential_run(make_cfg, tmp_path):
@@ -157,7 +166,8 @@ def test_parallel_workers_reproduce_a_sequential_run(make_cfg, tmp_path):
     check_summary(runs[2], iterations=1)
     one, two = tmp_path / "1", tmp_path / "2"
     files = sorted(p.relative_to(one) for p in one.glob("iter_*/*/**/task_*.json"))
-    assert len(files) == 3 + 4 * 3  # collected trees; zero-shot and search episodes at iterations 0 and 1
+    # Collected trees; zero-shot, committed and verifier episodes at iterations 0 and 1.
+    assert len(files) == 3 + 2 * 3 * 3
     for path in files:  # log-probs differ in float noise: 1 torch thread per worker instead of 2
         assert_same(json.loads((two / path).read_text()), json.loads((one / path).read_text()), str(path))
 

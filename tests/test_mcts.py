@@ -109,7 +109,11 @@ def test_seeded_tree_matches_golden_file():
     assert json.loads(GOLDEN.read_text()) == json.loads(json.dumps(tree))
 
 
-def test_llm_search_is_deterministic_for_a_seed():
+def test_llm_search_is_deterministic_for_a_seed(monkeypatch):
+    """A search's tree depends on the weights, seed, task and config, never on what
+    the policy and critic ran before (their prompt caches): warm both with another
+    search, then the same seeded search twice gives one tree, from the same cache
+    states as on fresh objects."""
     import gymnasium as gym
     import torch
 
@@ -118,17 +122,80 @@ def test_llm_search_is_deterministic_for_a_seed():
     from agentq.agent.prompt import PromptBuilder
     from agentq.critic.ranking import LLMRankingCritic
     from agentq.models.loading import TinyRandomModel
+    from tests.conftest import PrefillLog
 
     model, tokenizer = TinyRandomModel().load()
-    policy = LLMPolicy(model, tokenizer, prompt=PromptBuilder(), grounder=Grounder(), sampling=Sampling(max_new_tokens=8))
-    critic = LLMRankingCritic(model, tokenizer)
+
+    def parts():
+        sampling = Sampling(max_new_tokens=8)
+        policy = LLMPolicy(model, tokenizer, prompt=PromptBuilder(), grounder=Grounder(), sampling=sampling)
+        return policy, LLMRankingCritic(model, tokenizer)
+
     env = gym.make("envs.textcraft:agentq/TextCraft-v0", disable_env_checker=True)
     search = MCTS(num_simulations=3, num_actions=3, max_depth=3)
-    trees = [
-        search(env, policy, critic, task_id=150, generator=torch.Generator().manual_seed(3)).tree.to_dict()
-        for _ in range(2)
-    ]
-    assert trees[0] == trees[1]
+
+    def tree(policy, critic, task_id=150, seed=3):
+        return search(env, policy, critic, task_id=task_id, generator=torch.Generator().manual_seed(seed)).tree
+
+    fresh_policy, fresh_critic = parts()
+    fresh_log = PrefillLog(monkeypatch, fresh_policy, fresh_critic)
+    fresh = tree(fresh_policy, fresh_critic).to_dict()
+    fresh_prefills = fresh_log.take()
+
+    policy, critic = parts()
+    log = PrefillLog(monkeypatch, policy, critic)
+    tree(policy, critic, task_id=151, seed=9)  # warms both caches with the same system prompt
+    log.take()
+    trees, prefills = [], []
+    for _ in range(2):
+        trees.append(tree(policy, critic).to_dict())
+        prefills.append(log.take())
+    assert prefills[0] == prefills[1] == fresh_prefills
+    assert any(reused for _, _, reused in fresh_prefills)  # the cache does work within a search
+    assert trees[0] == trees[1] == fresh
     assert len(trees[0]["nodes"]) > 3
-    other = search(env, policy, critic, task_id=150, generator=torch.Generator().manual_seed(4)).tree.to_dict()
+    other = tree(policy, critic, seed=4).to_dict()
     assert [n["action"] for n in other["nodes"]] != [n["action"] for n in trees[0]["nodes"]]
+
+class _CountingCritic(ScriptedCritic):
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def score(self, history, candidates):
+        self.calls += 1
+        return super().score(history, candidates)
+
+
+def test_uct_never_asks_the_critic_and_values_by_the_env_reward():
+    """Agent-R's search: Q̂ = 0 on every edge, Q = Q_mcts from the env's reward alone."""
+    critic = _CountingCritic()
+    uct = MCTS(num_simulations=6, num_actions=2, max_depth=2, alpha=1.0, use_critic=False)
+    result = uct(SnapshotToyEnv(), ScriptedPolicy(), critic, task_id=0)
+    assert critic.calls == 0 and result.stats["critic_calls"] == 0
+    nodes = result.tree.nodes[1:]
+    assert nodes and all(n.critic_score == 0.0 for n in nodes)
+    # New children go in the policy's order (left first), then UCB1 on Q_mcts finds right/left.
+    assert result.tree.children(result.tree.root)[0].command == "left"
+    assert result.best.success
+    # Agent Q's search asks the critic at every expansion with two or more candidates.
+    MCTS(num_simulations=6, num_actions=2, max_depth=2)(SnapshotToyEnv(), ScriptedPolicy(), critic, task_id=0)
+    assert critic.calls > 0
+
+
+def test_uct_refuses_a_critic_weight():
+    with pytest.raises(ValueError, match="search.alpha must be 1.0"):
+        MCTS(alpha=0.5, use_critic=False)
+
+
+@pytest.mark.parametrize("env", ["textcraft", "webshop", "sciworld", "opentable"])
+def test_agent_r_experiments_search_with_plain_uct(env):
+    from hydra import compose, initialize_config_dir
+    from hydra.utils import instantiate
+
+    with initialize_config_dir(config_dir=str(Path(__file__).parent.parent / "conf"), version_base="1.3"):
+        agent_r = compose("config", overrides=[f"+experiment={env}_agent_r"])
+        agent_q = compose("config", overrides=[f"+experiment={env}_mcts_dpo"])
+    uct, mcts = instantiate(agent_r.search), instantiate(agent_q.search)
+    assert (uct.use_critic, uct.alpha) == (False, 1.0)
+    assert mcts.use_critic and mcts.alpha < 1.0
+    assert (uct.num_simulations, uct.num_actions, uct.max_depth) == (mcts.num_simulations, mcts.num_actions, mcts.max_depth)

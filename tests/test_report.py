@@ -17,10 +17,12 @@ from agentq.report.collect import load_study
 from agentq.report.page import write_report
 from agentq.report.tree_render import render_tree_svg, select_nodes
 
-# (beta, threshold) -> final zero-shot / search results of the fake jobs; job 3 has no summary.
+# (beta, threshold) -> final results per evaluation mode of the fake jobs; job 2's summary
+# is from before the committed mode (the verifier mode was "search"); job 3 has no summary.
+VERIFIER = "search (verifier, upper bound)"
 JOBS = {
-    0: ((0.1, 0.1), {"zero_shot": (0.25, 0.4567), "search": (0.5, 0.61234)}, 12),
-    1: ((0.3, 0.1), {"zero_shot": (0.125, 0.2), "search": (0.75, 0.80001)}, 7),
+    0: ((0.1, 0.1), {"zero_shot": (0.25, 0.4567), "committed": (0.375, 0.5), "verifier": (0.5, 0.61234)}, 12),
+    1: ((0.3, 0.1), {"zero_shot": (0.125, 0.2), "committed": (0.5, 0.6), "verifier": (0.75, 0.80001)}, 7),
     2: ((0.1, 0.3), {"zero_shot": (0.0, 0.0333), "search": (0.375, 0.5)}, 3),
     3: ((0.3, 0.3), None, None),
 }
@@ -155,13 +157,17 @@ def test_markdown_table_equals_the_summaries(multirun, tmp_path):
         assert (row["β"], row["θ"]) == (str(beta), str(theta))
         if results is None:
             assert row["status"] == "no summary"
-            assert row["zero-shot success"] == row["search reward"] == "-"
+            assert row["zero-shot success"] == row[f"{VERIFIER} reward"] == "-"
             continue
         data = json.loads((multirun / str(job) / "summary.json").read_text())
         final = data["iterations"][-1]["eval"]
-        for mode, name in (("zero_shot", "zero-shot"), ("search", "search")):
-            assert row[f"{name} success"] == f"{final[mode]['success_rate']:.3f}"
-            assert row[f"{name} reward"] == f"{final[mode]['avg_reward']:.3f}"
+        for mode, name in (("zero_shot", "zero-shot"), ("committed", "search (committed)"), ("verifier", VERIFIER)):
+            result = final.get(mode, final.get("search" if mode == "verifier" else mode))
+            if result is None:  # job 2 has no committed row
+                assert row[f"{name} success"] == row[f"{name} reward"] == "-"
+                continue
+            assert row[f"{name} success"] == f"{result['success_rate']:.3f}"
+            assert row[f"{name} reward"] == f"{result['avg_reward']:.3f}"
         assert row["pairs (all iterations)"] == str(pairs)
         assert row["wall s"] == "42.5"
     per_iteration = table_rows(files.markdown.read_text(), "Per iteration")
@@ -194,8 +200,9 @@ def test_a_single_run_and_the_cli(multirun, tmp_path, capsys):
     rows = table_rows(text, "Runs (final iteration)")
     assert (
         len(rows) == 1
-        and rows[0]["search success"] == "0.750"
-        and rows[0]["search reward"] == "0.800"
+        and rows[0][f"{VERIFIER} success"] == "0.750"
+        and rows[0][f"{VERIFIER} reward"] == "0.800"
+        and rows[0]["search (committed) success"] == "0.500"
     )
     assert "no search tree found" in text  # job 1 collected nothing
     assert "report.html" in capsys.readouterr().out
@@ -259,12 +266,12 @@ def test_wandb_report_spec_builds_offline(multirun, tmp_path, monkeypatch):
     kinds = [type(b).__name__ for b in report.blocks]
     assert kinds == ["H2", "MarkdownBlock", "H2", "PanelGrid"]
     markdown, grid = report.blocks[1].text, report.blocks[3]
-    assert "| 1 | complete | 0.3 | 0.1 | 1 | 0.125 | 0.200 | 0.750 | 0.800 | 7 | 42.5 |" in markdown
+    assert "| 1 | complete | 0.3 | 0.1 | 1 | 0.125 | 0.200 | 0.500 | 0.600 | 0.750 | 0.800 | 7 | 42.5 |" in markdown
     (runset,) = grid.runsets
     assert WANDB_ID in runset.filters and runset.project == "agentq-test"
     lines = [p for p in grid.panels if isinstance(p, wr.LinePlot)]
     assert {getattr(y, "name", y) for p in lines for y in p.y} == {
-        f"eval/{m}/{k}" for m in ("zero_shot", "search") for k in ("success_rate", "avg_reward")
+        f"eval/{m}/{k}" for m in ("zero_shot", "committed", "verifier") for k in ("success_rate", "avg_reward")
     }
     assert any(isinstance(p, wr.ParallelCoordinatesPlot) for p in grid.panels)
 
@@ -273,7 +280,7 @@ def test_wandb_report_spec_builds_offline(multirun, tmp_path, monkeypatch):
     record = json.loads(path.read_text())
     assert record["saved"] is False and WANDB_ID in record["runset_filter"]
     spec = json.dumps(record["viewspec"])
-    assert spec.count("Run History Line Plot") == 4 and '"op": "IN"' in spec and WANDB_ID in spec
+    assert spec.count("Run History Line Plot") == 2 * 3 and '"op": "IN"' in spec and WANDB_ID in spec
 
 
 def test_html_report_does_not_need_wandb_workspaces(multirun, tmp_path, monkeypatch):
@@ -286,3 +293,19 @@ def test_html_report_does_not_need_wandb_workspaces(multirun, tmp_path, monkeypa
 
     with pytest.raises(ImportError, match="pip install wandb-workspaces"):
         build_report(load_study(multirun))
+
+
+def test_the_runs_table_ends_with_the_scripted_oracle(multirun, tmp_path):
+    oracle = {
+        "policy": "scripted oracle", "env": "envs.textcraft:agentq/TextCraft-v0", "split": "test",
+        "max_steps": 40, "num_tasks": 8, "success_rate": 1.0, "avg_reward": 1.0, "cache_key": "k",
+    }  # fmt: skip
+    for job in (0, 1, 2):  # the same goals and budget in every job: one row
+        path = multirun / str(job) / "summary.json"
+        path.write_text(json.dumps(json.loads(path.read_text()) | {"oracle": oracle}))
+    files = write_report(load_study(multirun), tmp_path / "out")
+    rows = table_rows(files.markdown.read_text(), "Runs (final iteration)")
+    assert [r["run"] for r in rows] == ["0", "1", "2", "3", "scripted oracle (test, 40 steps)"]
+    assert rows[-1]["status"] == "oracle, 8 tasks"
+    assert (rows[-1]["zero-shot success"], rows[-1]["zero-shot reward"]) == ("1.000", "1.000")
+    assert rows[-1]["β"] == rows[-1]["wall s"] == "-"

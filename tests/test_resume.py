@@ -11,8 +11,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import load_file
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, fit_tiny_dpo
 from tests.test_loop import check_summary
 
 pytestmark = pytest.mark.slow
@@ -54,39 +56,69 @@ def snapshot(files) -> dict[str, tuple[bytes, int]]:
     return {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in files}
 
 
-def test_killed_during_collection(tmp_path):
+def test_killed_during_collection_matches_an_uninterrupted_run(tmp_path):
+    overrides = ["+experiment=smoke", "collect.num_tasks=3", "eval.base=false"]
+    reference = tmp_path / "reference"
+    args = _run_py(*overrides, f"hydra.run.dir={reference}")
+    subprocess.run(args, cwd=ROOT, env=ENV, check=True, capture_output=True, timeout=900)
+
     run_dir = tmp_path / "run"
     collected = run_dir / "iter_001" / "collect"
-    kill_when(run_dir, ["+experiment=smoke", "collect.num_tasks=3"], lambda: any(collected.glob("task_*.json")))
+    kill_when(run_dir, overrides, lambda: any(collected.glob("task_*.json")))
     first = snapshot(collected.glob("task_*.json"))
     assert 1 <= len(first) < 3, "the run was not killed during collection"
 
-    check_summary(resume(run_dir, tmp_path / "log"), iterations=1)
+    check_summary(resume(run_dir, tmp_path / "log"), iterations=1, base=False)
     after = snapshot(collected.glob("task_*.json"))
     assert len(after) == 3
     for name, before in first.items():  # finished tasks were not collected again
         assert after[name] == before
+    # Each tree is a function of the weights, seed, task and config, not of which
+    # tasks the process searched before it: byte for byte the uninterrupted run's.
+    uninterrupted = snapshot((reference / "iter_001" / "collect").glob("task_*.json"))
+    assert {name: data for name, (data, _) in after.items()} == {
+        name: data for name, (data, _) in uninterrupted.items()
+    }
 
 
-def test_killed_during_training(tmp_path):
-    run_dir = tmp_path / "run"
+def test_killed_during_training_matches_an_uninterrupted_run(tmp_path):
+    # Two epochs of two examples a batch, two batches an optimiser step, LoRA dropout:
+    # killed just after the first checkpoint (step 1), i.e. early in epoch 0.
     overrides = [
-        "+experiment=smoke", "eval.base=false", "trainer.batch_size=1",
-        "trainer.checkpoint_every_n_steps=1", "trainer.lightning.max_epochs=3",
+        "+experiment=smoke", "collect.num_tasks=1", "eval.base=false", "eval.search=false", "eval.num_tasks=1",
+        "trainer.batch_size=2", "trainer.checkpoint_every_n_steps=1", "trainer.lightning.max_epochs=2",
+        "trainer.lightning.accumulate_grad_batches=2", "trainer.lora.lora_dropout=0.1",
     ]
+    reference = tmp_path / "reference"
+    args = _run_py(*overrides, f"hydra.run.dir={reference}")
+    subprocess.run(args, cwd=ROOT, env=ENV, check=True, capture_output=True, timeout=900)
+
+    run_dir = tmp_path / "run"
     checkpoint = run_dir / "iter_001" / "checkpoints" / "last.ckpt"
     kill_when(run_dir, overrides, checkpoint.exists)
     assert not (run_dir / "iter_001" / "train.json").exists(), "the run was not killed during training"
+    saved = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    done = saved["loops"]["fit_loop"]["epoch_loop.batch_progress"]["current"]["completed"]
+    num_examples = len((run_dir / "iter_001" / "examples.jsonl").read_text().splitlines())
+    assert 0 < done < -(-num_examples // 2), "the last checkpoint is not inside an epoch"
     collected = snapshot((run_dir / "iter_001" / "collect").glob("task_*.json"))
     examples = (run_dir / "iter_001" / "examples.jsonl").read_bytes()
 
     summary = resume(run_dir, tmp_path / "log")
-    check_summary(summary, iterations=1, base=False)
+    check_summary(summary, iterations=1, modes=("zero_shot",), base=False)
     assert snapshot((run_dir / "iter_001" / "collect").glob("task_*.json")) == collected
     assert (run_dir / "iter_001" / "examples.jsonl").read_bytes() == examples
-    # Training continued from its checkpoint: the steps of both attempts make one full run.
-    num_examples = summary["iterations"][1]["num_examples"]
-    assert summary["iterations"][1]["train"]["steps"] == 3 * num_examples
+    # Training continued from its checkpoint: the steps of both attempts make one full run ...
+    assert summary["iterations"][1]["num_examples"] == num_examples
+    assert summary["iterations"][1]["train"]["steps"] == 2 * -(-num_examples // 2)
+    # ... which is the uninterrupted run, to the last bit of the adapter.
+    ours, theirs = (load_file(d / "iter_001" / "adapter" / "adapter_model.safetensors") for d in (run_dir, reference))
+    assert ours.keys() == theirs.keys()
+    diff = max((ours[k] - theirs[k]).abs().max().item() for k in ours)
+    assert diff <= 1e-6, f"the resumed adapter differs from the uninterrupted one by {diff:.3g}"
+    assert summary["iterations"][1]["train"] == pytest.approx(
+        json.loads((reference / "summary.json").read_text())["iterations"][1]["train"], abs=1e-6
+    )
 
 
 def test_killed_during_evaluation_matches_an_uninterrupted_run(tmp_path):
@@ -112,3 +144,137 @@ def test_killed_during_evaluation_matches_an_uninterrupted_run(tmp_path):
         theirs = json.loads((reference / "iter_001" / "eval" / "zero_shot" / name).read_text())["trajectory"]
         assert [s["action"] for s in ours["steps"]] == [s["action"] for s in theirs["steps"]]
         assert ours["success"] == theirs["success"] and ours["score"] == theirs["score"]
+
+
+# --- fit: a kill mid-epoch resumes to exactly the uninterrupted run ------------------------
+
+
+class Killed(Exception):
+    """Stands in for SIGKILL inside the process: training stops at once, and only what
+    the checkpoints hold survives (fit neither saves the adapter nor cleans up)."""
+
+
+def _tiny_pairs(n: int) -> list:
+    from agentq.data.pairs import StepPair
+
+    return [
+        StepPair(0, i, [{"role": "user", "content": f"Goal: craft {i} sticks."}], f"COMMAND: get {i} planks",
+                 f"COMMAND: jump {i % 3}", [], [], -5.0, -6.0, 1.0, 0.0, 1, 1)
+        for i in range(n)
+    ]
+
+
+def _fit_with_kill(out_dir: Path, monkeypatch, *, every_n_steps: int, kill_at: int | None = None):
+    """14 pairs, 2 a batch: 7 batches an epoch; two batches an optimiser step (the last
+    batch of an epoch steps alone): 4 steps an epoch, 3 epochs; LoRA dropout 0.1.
+    ``kill_at``: raise in the training step of that batch (counted over the whole run)."""
+    from agentq.models.loading import TinyRandomModel
+    from agentq.training.module import PreferenceModule
+
+    model, tokenizer = TinyRandomModel().load()
+    train = dict(
+        max_epochs=3, lora_dropout=0.1, lightning={"accelerator": "cpu", "accumulate_grad_batches": 2},
+        checkpoint_every_n_steps=every_n_steps, seed=3,
+    )
+    if kill_at is None:
+        return fit_tiny_dpo(model, tokenizer, _tiny_pairs(14), out_dir, **train)
+    calls = []
+    step = PreferenceModule.training_step
+
+    def dies(self, batch, batch_idx):
+        calls.append(batch_idx)
+        if len(calls) > kill_at:
+            raise Killed
+        return step(self, batch, batch_idx)
+
+    with monkeypatch.context() as m:
+        m.setattr(PreferenceModule, "training_step", dies)
+        with pytest.raises(Killed):
+            fit_tiny_dpo(model, tokenizer, _tiny_pairs(14), out_dir, **train)
+    return calls
+
+
+def _adapter(out_dir: Path) -> dict[str, torch.Tensor]:
+    return load_file(out_dir / "adapter" / "adapter_model.safetensors")
+
+
+@pytest.mark.parametrize(
+    ("every_n_steps", "kill_at", "saved_at"),
+    [
+        # Last checkpoint at step 6 (epoch 1, after its 4th batch); killed in epoch 1's 6th
+        # batch, with the 5th batch's gradient accumulated and not yet applied.
+        (3, 12, (1, 6)),
+        # Last checkpoint at step 4, after the last batch of epoch 0; killed in epoch 1's 3rd batch.
+        (4, 9, (0, 4)),
+    ],
+)
+def test_fit_killed_mid_epoch_resumes_to_the_uninterrupted_adapter(tmp_path, monkeypatch, every_n_steps, kill_at, saved_at):
+    from agentq.training.fit import STEP_HISTORY
+
+    reference = tmp_path / "reference"
+    _, ref_metrics = _fit_with_kill(reference, monkeypatch, every_n_steps=every_n_steps)
+
+    run = tmp_path / "run"
+    calls = _fit_with_kill(run, monkeypatch, every_n_steps=every_n_steps, kill_at=kill_at)
+    assert len(calls) == kill_at + 1 and calls[-1] not in (0, 6), "the kill fell on an epoch boundary"
+    checkpoint = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    assert (checkpoint["epoch"], checkpoint["global_step"]) == saved_at
+    # A new process's global RNGs are in another state: training must not depend on them.
+    torch.manual_seed(1234)
+    _, metrics = _fit_with_kill(run, monkeypatch, every_n_steps=every_n_steps)
+
+    ours, theirs = _adapter(run), _adapter(reference)
+    assert ours.keys() == theirs.keys()
+    diff = max((ours[k] - theirs[k]).abs().max().item() for k in ours)
+    assert diff <= 1e-6, f"the resumed adapter differs from the uninterrupted one by {diff:.3g}"
+    # Step by step the same run: the steps replayed after the checkpoint repeat the lost ones.
+    history = json.loads((run / STEP_HISTORY).read_text())["history"]
+    ref_history = json.loads((reference / STEP_HISTORY).read_text())["history"]
+    assert len(history) == len(ref_history) == 21
+    for row, ref in zip(history, ref_history, strict=True):
+        assert row == pytest.approx(ref, abs=1e-6)
+    assert metrics == pytest.approx(ref_metrics, abs=1e-6)
+
+
+def test_epoch_order_depends_on_seed_and_epoch_only_and_the_loader_resumes_inside_an_epoch(monkeypatch):
+    from agentq.training import data
+
+    sampler = data.EpochSampler(10, seed=5)
+    sampler.set_epoch(2)
+    order = list(sampler)
+    assert sorted(order) == list(range(10))
+    fresh = data.EpochSampler(10, seed=5)
+    fresh.set_epoch(2)  # without drawing epochs 0 and 1 first
+    assert list(fresh) == order
+    fresh.set_epoch(3)
+    assert list(fresh) != order
+    sampler.offset = 4  # skips once
+    assert list(sampler) == order[4:] and list(sampler) == order
+
+    # Data-parallel ranks split it as DistributedSampler does (padded from the start).
+    shards = []
+    for rank in range(3):
+        monkeypatch.setattr(data, "data_parallel_rank", lambda rank=rank: (3, rank))
+        ranked = data.EpochSampler(10, seed=5)
+        ranked.set_epoch(2)
+        assert len(ranked) == 4
+        shards.append(list(ranked))
+    monkeypatch.undo()
+    assert shards == [(order + order[:2])[k::3] for k in range(3)]
+
+    # The loader's state: its epoch and how many of its examples were handed out.
+    loader = data.ResumableLoader(list(range(10)), batch_size=3, collate_fn=list, seed=5)
+    loader.sampler.set_epoch(2)
+    batches = iter(loader)
+    assert [next(batches), next(batches)] == [order[0:3], order[3:6]]
+    state = loader.state_dict()
+    assert (state["epoch"], state["examples_done"]) == (2, 6)
+    restarted = data.ResumableLoader(list(range(10)), batch_size=3, collate_fn=list, seed=5)
+    restarted.load_state_dict(state)
+    restarted.sampler.set_epoch(2)
+    assert list(restarted) == [order[6:9], order[9:]]
+    assert restarted.state_dict()["examples_done"] == 10
+    restarted.sampler.set_epoch(3)  # the next epoch starts at its beginning
+    assert sum(list(restarted), []) == list(fresh)
+    with pytest.raises(ValueError, match="seed=5"):
+        data.ResumableLoader(list(range(10)), batch_size=3, collate_fn=list, seed=6).load_state_dict(state)

@@ -66,8 +66,15 @@ def test_gpu_presets_compose(make_cfg):
     ddp = _lightning(make_cfg("trainer=ddp_gpu"))
     assert ddp | {"accelerator": "gpu", "precision": "bf16-mixed"} == ddp
     assert ddp["strategy"] == "ddp_spawn" and ddp["devices"] == 2
-    parts = loop.build(make_cfg("+experiment=smoke", "trainer=fsdp_gpu"))
+    # An evaluation-only run never builds a Trainer: GPU presets build anywhere.
+    parts = loop.build(make_cfg("+experiment=smoke", "trainer=fsdp_gpu", "iterations=0"))
     parts.env.close()
+    # A run that trains is refused in build, before the base evaluation and collection.
+    with pytest.raises(ValueError, match="trainer.lightning.strategy: FSDPStrategy shards the weights"):
+        loop.build(make_cfg("+experiment=smoke", "trainer=fsdp_gpu"))
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match=r"trainer.lightning \(accelerator='gpu'"):
+            loop.build(make_cfg("+experiment=smoke", "trainer=ddp_gpu"))
 
 
 def test_fsdp_strategy_builds_on_cpu_with_the_peft_wrap(make_cfg):

@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import gymnasium
@@ -17,20 +18,16 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 from envs.textcraft import ENV_ID, TextCraftEnv, game
+from envs.textcraft.oracle import play
 
 REPO = Path(__file__).resolve().parents[1]
 MAKE_ID = f"envs.textcraft:{ENV_ID}"
-_GET = re.compile(r"get (\d+) (.+)")
-_CRAFT = re.compile(r"craft (\d+) (.+?) using (.+)")
+AGENT_R_TEST = Path("/work/shared/data/agent_r_splits/textcraft_test.json")
 
 
 @pytest.fixture(scope="module")
 def env() -> TextCraftEnv:
     return TextCraftEnv(max_steps=20)
-
-
-def _item_id(name: str) -> str:
-    return "minecraft:" + name.replace(" ", "_")
 
 
 def _digest(env: TextCraftEnv, task_ids: list[int]) -> str:
@@ -179,14 +176,45 @@ def test_reset_draws_train_tasks_from_np_random(env: TextCraftEnv) -> None:
         env.reset(options={"task_id": 419})
 
 
+def _depth_shares(env: TextCraftEnv, ids: list[int]) -> dict[int, float]:
+    counts = Counter(env.depths[i] for i in ids)
+    return {d: counts[d] / len(ids) for d in (2, 3, 4)}
+
+
 def test_splits(env: TextCraftEnv) -> None:
-    test, train = env.task_ids("test"), env.task_ids("train")
-    assert test == list(range(100))
-    assert len(train) == 319 and not set(test) & set(train)
-    assert sorted(test + train) == list(range(419))
-    assert TextCraftEnv(split_test_size=10).task_ids("test") == list(range(10))
+    test, dev, train = env.task_ids("test"), env.task_ids("dev"), env.task_ids("train")
+    assert (len(test), len(dev), len(train)) == (100, 50, 269)
+    assert sorted(test + dev + train) == list(range(419))  # disjoint, all ADaPT goals (depth >= 2)
+    assert Counter(env.depths) == {2: 291, 3: 117, 4: 11}
+    # One depth distribution in every split (the old prefix split had test all depth 3-4,
+    # train all depth 2): each depth's share within 2 points of the population's.
+    population = _depth_shares(env, list(range(419)))
+    for ids in (test, dev, train):
+        shares = _depth_shares(env, ids)
+        assert all(abs(shares[d] - population[d]) <= 0.02 for d in population), shares
+    assert Counter(env.depths[i] for i in test) == {2: 69, 3: 28, 4: 3}
+    # Any prefix covers the depths: the first 10 test goals are 7-8 of depth 2, the rest 3.
+    assert Counter(env.depths[i] for i in test[:10]) in ({2: 7, 3: 3}, {2: 8, 3: 2})
+    # Deterministic, and smaller tests are drawn the same way.
+    assert TextCraftEnv().task_ids("test") == test
+    small = TextCraftEnv(split_test_size=10, split_dev_size=0)
+    assert len(small.task_ids("test")) == 10 and small.task_ids("dev") == []
+    assert Counter(small.depths[i] for i in small.task_ids("test")) == {2: 7, 3: 3}
     with pytest.raises(ValueError, match="'valid'"):
         env.task_ids("valid")
+    with pytest.raises(ValueError, match="split_dev_size"):
+        TextCraftEnv(split_test_size=400, split_dev_size=50)
+
+
+@pytest.mark.skipif(not AGENT_R_TEST.exists(), reason="needs the published Agent-R split files")
+def test_agentgym_test_ids_are_depth_bands_of_depth_1_goals() -> None:
+    # AgentGym's server indexes item_recipes_min_depth(1) sorted shallowest first, so its
+    # published test ids fall in depth bands (what the task_ids docstring says about them).
+    tree = game.new_game().crafting_tree
+    by_depth = sorted(tree.item_recipes_min_depth(1), key=lambda x: x[1])
+    ids = [int(t["item_id"].removeprefix("textcraft_")) for t in json.loads(AGENT_R_TEST.read_text())]
+    assert len(by_depth) == 544 and len(ids) == 100
+    assert Counter(by_depth[i][1] for i in ids) == {1: 31, 2: 41, 3: 25, 4: 3}
 
 
 @pytest.mark.parametrize(
@@ -292,78 +320,18 @@ def test_success_sets_reward_terminated_and_score(env: TextCraftEnv) -> None:
     assert "Last result: Crafted 1 minecraft:lodestone" in obs
 
 
-class _Oracle:
-    """Crafts the goal using only ``info["valid_actions"]``, backtracking with snapshots.
-
-    Knows nothing the agent does not: recipes are read from the listed
-    commands, base items from the listed ``get`` commands.
-    """
-
-    def __init__(self, env: TextCraftEnv, actions: list[str]) -> None:
-        self.env = env
-        self.gets: dict[str, str] = {}
-        self.crafts: dict[str, list[tuple[str, dict[str, int]]]] = {}
-        for action in actions:
-            if get := _GET.fullmatch(action):
-                self.gets.setdefault(_item_id(get.group(2)), action)
-            elif craft := _CRAFT.fullmatch(action):
-                inputs = {}
-                for part in craft.group(3).split(", "):
-                    count, name = part.split(" ", 1)
-                    inputs[_item_id(name)] = int(count)
-                self.crafts.setdefault(_item_id(craft.group(2)), []).append((action, inputs))
-        self.done = False
-
-    def _have(self, item: str) -> int:
-        return self.env.snapshot().inventory.get(item, 0)
-
-    def _step(self, action: str) -> str:
-        obs, reward, terminated, truncated, _ = self.env.step(action)
-        self.done = terminated
-        if truncated:
-            raise TimeoutError
-        return obs.rsplit("\nLast result: ", 1)[1]
-
-    def obtain(self, item: str, count: int, path: frozenset[str] = frozenset()) -> bool:
-        while self._have(item) < count and not self.done:
-            if item in self.gets:
-                self._step(self.gets[item])
-            elif item in path or not self._craft_any(item, path | {item}):
-                return False
-        return True
-
-    def _craft_any(self, item: str, path: frozenset[str]) -> bool:
-        for action, inputs in self.crafts.get(item, []):
-            snap = self.env.snapshot()
-            if self._craft(action, inputs, path):
-                return True
-            self.env.restore(snap)  # undo a dead end (e.g. a verbatim tag command)
-        return False
-
-    def _craft(self, action: str, inputs: dict[str, int], path: frozenset[str]) -> bool:
-        # Crafting one input can consume another, so gather until all are there.
-        for _ in range(3):
-            for item, count in inputs.items():
-                if not self.obtain(item, count, path):
-                    return False
-            if all(self._have(item) >= count for item, count in inputs.items()):
-                return self._step(action).startswith("Crafted")
-        return False
-
-
-def test_oracle_solves_test_tasks_with_valid_actions_only() -> None:
+def test_oracle_solves_every_split_within_the_budget() -> None:
+    # Unbounded, the oracle crafts every goal using the valid actions only.
     env = TextCraftEnv(max_steps=300)
-    solved, steps = 0, []
-    for task_id in env.task_ids("test"):
-        obs, info = env.reset(options={"task_id": task_id})
-        goal = _item_id(re.search(r"Goal: craft (.+)\.", obs).group(1))
-        oracle = _Oracle(env, info["valid_actions"])
-        try:
-            oracle.obtain(goal, 1)
-        except TimeoutError:
-            continue
-        if oracle.done:
-            solved += 1
-            steps.append(env.snapshot().steps)
-    assert solved >= 95, f"oracle solved {solved}/100"
-    assert max(steps) < 300
+    results = {split: [play(env, t, 300) for t in env.task_ids(split)] for split in ("test", "dev", "train")}
+    assert all(r.success for rs in results.values() for r in rs)
+    # Within the configured budget (ADaPT's 40 steps): >= 95% of every split.
+    for split, rs in results.items():
+        solved = sum(r.steps <= 40 for r in rs)
+        assert solved >= 0.95 * len(rs), f"{split}: oracle solved {solved}/{len(rs)} in 40 steps"
+    # The budget is the oracle's own: the same goals in a 40-step env and play(..., 40).
+    budget = TextCraftEnv(max_steps=40)
+    assert [play(budget, t, 40).success for t in budget.task_ids("test")] == [
+        r.steps <= 40 for r in results["test"]
+    ]
+    assert play(env, budget.task_ids("test")[1], 12) == (False, 0.0, 12)  # needs 13

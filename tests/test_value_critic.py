@@ -180,7 +180,9 @@ def test_critic_yaml_builds_with_the_model(tiny, name, cls):
     assert isinstance(evaluator, cls)
 
 
-def test_tot_search_with_the_tiny_llm_is_deterministic(tiny):
+def test_tot_search_with_the_tiny_llm_is_deterministic(tiny, monkeypatch):
+    """Same seed, same tree, whatever the policy and evaluator ran before (see
+    test_mcts.test_llm_search_is_deterministic_for_a_seed)."""
     import gymnasium as gym
 
     from agentq.agent.grounding import Grounder
@@ -188,6 +190,7 @@ def test_tot_search_with_the_tiny_llm_is_deterministic(tiny):
     from agentq.agent.prompt import PromptBuilder
     from agentq.data.pairs import StepPairBuilder
     from agentq.search.tot import BFS
+    from tests.conftest import PrefillLog
 
     model, tokenizer = tiny
     policy = LLMPolicy(
@@ -199,16 +202,16 @@ def test_tot_search_with_the_tiny_llm_is_deterministic(tiny):
     )
     env = gym.make("envs.textcraft:agentq/TextCraft-v0", disable_env_checker=True)
     search = BFS(breadth=2, num_actions=3, max_depth=2)
-    trees = [
-        search(
-            env,
-            policy,
-            LLMValueEvaluator(model, tokenizer),
-            task_id=150,
-            generator=torch.Generator().manual_seed(3),
-        ).tree
-        for _ in range(2)
-    ]
+    evaluator = LLMValueEvaluator(model, tokenizer)
+    log = PrefillLog(monkeypatch, policy, evaluator)
+    search(env, policy, evaluator, task_id=151, generator=torch.Generator().manual_seed(9))  # warm caches
+    log.take()
+    trees, prefills = [], []
+    for _ in range(2):
+        generator = torch.Generator().manual_seed(3)
+        trees.append(search(env, policy, evaluator, task_id=150, generator=generator).tree)
+        prefills.append(log.take())
+    assert prefills[0] == prefills[1]
     assert trees[0].to_dict() == trees[1].to_dict()
     nodes = trees[0].nodes[1:]
     assert nodes and all(0.0 <= n.critic_score <= 1.0 and n.kept is not None for n in nodes)

@@ -16,6 +16,7 @@ from gymnasium.utils.env_checker import check_env
 
 from envs.webshop import ENV_ID, WebShopEnv
 from envs.webshop.engine import RESULTS_PER_PAGE, SessionState, WebShopEngine
+from envs.webshop.oracle import play
 from envs.webshop.reward import get_reward, title_nouns, token_set_ratio
 from envs.webshop.schema import Catalogue, Goal, Product
 
@@ -439,22 +440,6 @@ def test_ui_serves_pages_and_takes_actions() -> None:
 # -- solvability of the default catalogue ---------------------------------------------
 
 
-def _oracle(env: WebShopEnv, goal: Goal) -> float:
-    """Search with the instruction, page to the target, pick the options, buy."""
-    env.reset(options={"task_id": goal.goal_id})
-    _, _, _, _, info = env.step(f"search[{goal.instruction_text}]")
-    while f"click[{goal.asin}]" not in info["valid_actions"]:
-        if "click[Next >]" not in info["valid_actions"]:
-            return 0.0
-        info = env.step("click[Next >]")[4]
-    env.step(f"click[{goal.asin}]")
-    for option in goal.goal_options:
-        env.step(f"click[{option}]")
-    _, reward, terminated, _, info = env.step("click[Buy Now]")
-    assert terminated
-    return reward
-
-
 def test_oracle_solves_default_catalogue() -> None:
     start = time.perf_counter()
     env = WebShopEnv(max_steps=30)
@@ -463,9 +448,14 @@ def test_oracle_solves_default_catalogue() -> None:
     assert len(catalogue.products) >= 1000 and len(catalogue.goals) >= 1500
     assert build < 10.0, f"catalogue + index took {build:.1f}s"
     check_env(WebShopEnv(), skip_render_check=True)
-    goals = {g.goal_id: g for g in catalogue.goals}
     test_ids = env.task_ids("test")[:100]
     assert len(test_ids) == 100
-    rewards = [_oracle(env, goals[i]) for i in test_ids]
-    solved = sum(r == 1.0 for r in rewards)
+    results = [play(env, i, 30) for i in test_ids]
+    rewards = [r.score for r in results]
+    solved = sum(r.success and r.score == 1.0 for r in results)
     assert solved >= 95, f"oracle solved {solved}/100; rewards {sorted(rewards)[:10]}"
+    # ... and within WebShop's 15-step budget, which the oracle's shortest path fits (<= 6).
+    assert sum(play(WebShopEnv(max_steps=15), i, 15).success for i in test_ids) == solved
+    assert max(r.steps for r in results) <= 6
+    # A budget too short to reach Buy Now fails: search, click, options, buy need >= 3.
+    assert play(env, test_ids[0], 2) == (False, 0.0, 2)

@@ -46,8 +46,18 @@ def start(env: gym.Env, task_id: Any) -> History:
     return History(observation=observation, valid_actions=_valid(info))
 
 
+# Put before the env's answer to an empty command (the parser found no COMMAND).
+NO_COMMAND = "Invalid action: your last answer had no COMMAND, so nothing was done. Write one line 'COMMAND: <command>'."
+
+
 def step(env: gym.Env, history: History, action_text: str, command: str) -> tuple[History, float, Outcome]:
+    """Send ``command`` to the env as it is. Text that is no valid action (a refused
+    command, DESIGN §2) is the env's to answer: all four envs say what was wrong and
+    spend a step. An empty command also spends a step (the env's step count and a
+    replay of the path stay the same), and the observation starts with :data:`NO_COMMAND`."""
     observation, reward, terminated, truncated, info = env.step(command)
+    if not command.strip():
+        observation = f"{NO_COMMAND}\n{observation}"
     outcome = Outcome(
         terminal=bool(terminated or truncated),
         success=bool(info.get("success", False)),

@@ -1,38 +1,81 @@
 """Grounding a free-text command to the environment's valid actions (DESIGN §2).
 
-When an environment lists its valid actions, a command the policy wrote that is
-not exactly one of them is mapped to the closest one by fuzzy string similarity
-(rapidfuzz WRatio, 0-100). Below ``min_score`` the command is passed through
-unchanged and the environment answers with an observation saying what was wrong.
+Only a command that is clearly one of the listed actions is rewritten into it;
+everything else is sent to the environment as the policy wrote it, and the
+environment answers with an observation saying what was wrong (all four envs
+take any text and spend a step on it). There is no similarity guessing: a
+command that is merely *close* to a listed action is a different action (``get
+2 stick`` is not ``craft 1 cyan banner using 6 cyan wool, 1 stick``), and the
+envs accept commands their lists do not hold (TextCraft's ``get N item`` with
+any count, ScienceWorld's aliases), which a guess would overwrite.
 
-A valid action of the form ``verb[...]`` is a template for free text (WebShop's
-``search[...]``): a command that starts with the verb fills it, so
-``search for red shoes`` becomes ``search[red shoes]``.
+What counts as the same action, in this order:
+
+1. ``exact``: the command is a listed action (a well-formed instance of a
+   template such as ``search[red shoes]`` included).
+2. ``filled``: a template ``verb[...]`` (WebShop's ``search[...]``, OpenTable's
+   ``TYPE [3] [...]``) is filled from a command that starts with its verb:
+   ``search for red shoes`` -> ``search[red shoes]``.
+3. ``normalized``: the command equals exactly one listed action up to case,
+   whitespace, brackets, quotes and a final full stop (``Click [ buy now ]`` ->
+   ``click[Buy Now]``, ``click[b0123]`` -> ``click[B0123]``, ``click 5`` ->
+   ``CLICK [5]``); or it names exactly one listed ``verb[target]`` by its target,
+   optionally after the verb or ``select`` / ``choose`` (``Buy Now``, ``select
+   large`` -> ``click[Large]``; a name needs a letter: a bare ``5`` may be
+   a count, a size or an id).
+
+Otherwise the command is ``refused`` (sent unchanged) when the env lists actions,
+``unchecked`` when it lists none (or grounding is disabled and the command is not
+listed), and ``missing`` when the parser found no command at all: then the
+command is empty and :func:`agentq.agent.episode.step` says so in the observation.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from rapidfuzz import fuzz, process, utils
+TEMPLATE = "[...]"
+
+# How a step's command relates to the env's valid actions (``Candidate.grounding``, ``Step.grounding``).
+EXACT, NORMALIZED, FILLED, REFUSED, MISSING, UNCHECKED = (
+    "exact", "normalized", "filled", "refused", "missing", "unchecked",
+)  # fmt: skip
+GROUNDINGS = (EXACT, NORMALIZED, FILLED, REFUSED, MISSING, UNCHECKED)
+REWRITTEN = (NORMALIZED, FILLED)  # the command sent is not the text the policy wrote
+
+_TOKEN = re.compile(r"\w+|[^\w\s]")
+_IGNORED = frozenset("[](){}\"'`“”‘’")
+_TARGETED = re.compile(r"^(?P<verb>[A-Za-z]+)\s*\[(?P<target>[^\[\]]+)\]$")
+_NAMING_VERBS = ("select", "choose")
 
 
 @dataclass(frozen=True)
 class Grounded:
     command: str  # what is sent to the environment
-    score: float  # similarity to the chosen valid action, 100 for an exact match
-    changed: bool  # True when the command was replaced by a valid action
+    grounding: str  # one of GROUNDINGS
+
+    @property
+    def changed(self) -> bool:
+        """The command was rewritten into a listed action."""
+        return self.grounding in REWRITTEN
 
 
-TEMPLATE = "[...]"
+def _key(text: str) -> tuple[str, ...]:
+    """``text`` up to case, whitespace, brackets, quotes and a final full stop."""
+    tokens = [t for t in _TOKEN.findall(text.casefold()) if t not in _IGNORED]
+    while tokens and tokens[-1] == ".":
+        tokens.pop()
+    return tuple(tokens)
 
 
 def _fill_template(command: str, verbs: Sequence[str]) -> str | None:
     for verb in verbs:
+        head = verb.rstrip()
+        boundary = r"\b" if head[-1:].isalnum() else ""
         match = re.match(
-            rf"^\s*{re.escape(verb)}\s*(?:\[(?P<bracketed>.*)\]|(?:for\b|:)?\s*(?P<free>.+))\s*$",
+            rf"^\s*{re.escape(head)}{boundary}\s*(?:\[(?P<bracketed>.*)\]|(?:for\b|:)?\s*(?P<free>.+))\s*$",
             command,
             re.IGNORECASE | re.DOTALL,
         )
@@ -42,39 +85,82 @@ def _fill_template(command: str, verbs: Sequence[str]) -> str | None:
     return None
 
 
+def _unique(matches: Iterable[str]) -> str | None:
+    found = list(dict.fromkeys(matches))
+    return found[0] if len(found) == 1 else None
+
+
+def _by_target(command: str, actions: Sequence[str]) -> str | None:
+    """The one listed ``verb[target]`` whose target the command names (``Buy Now``, ``select large``)."""
+    targeted = [(m.group("verb").casefold(), _key(m.group("target")), a) for a in actions if (m := _TARGETED.match(a))]
+    key = _key(command)
+    names = [key]
+    if len(key) > 1 and (key[0] in _NAMING_VERBS or any(key[0] == verb for verb, _, _ in targeted)):
+        names.append(key[2:] if key[1] == "on" and len(key) > 2 else key[1:])
+    for name in names:
+        if not any(c.isalpha() for token in name for c in token):  # "5", "6.5": a count, a size, an id?
+            continue
+        if (found := _unique(a for _, target, a in targeted if target == name)) is not None:
+            return found
+    return None
+
+
 @dataclass(frozen=True)
 class Grounder:
-    """Maps commands onto ``valid_actions``.
+    """Maps commands onto ``valid_actions`` when they are clearly one of them.
 
     Args:
-        min_score: similarity (0-100) below which the raw command is kept.
-        enabled: turn grounding off to measure the policy's raw command accuracy.
+        enabled: turn grounding off to measure the policy's raw command accuracy
+            (commands are then sent as written and labelled ``exact`` or ``unchecked``).
+        min_score: removed (fuzzy matching is gone); any value is an error.
     """
 
-    min_score: float = 50.0
     enabled: bool = True
+    min_score: float | None = None
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.min_score <= 100.0:
-            raise ValueError(f"agent.grounding.min_score must be in [0, 100], got {self.min_score}")
+        if self.min_score is not None:
+            raise ValueError(
+                "agent.grounder.min_score was removed: commands are no longer fuzzy-matched to the closest "
+                "valid action. Only a command that is clearly a listed action (up to case, spacing, brackets, "
+                "a unique button or option name, or a filled template) is rewritten; anything else goes to the "
+                "environment as written. Drop the min_score override."
+            )
 
     def __call__(self, command: str | None, valid_actions: Sequence[str] | None) -> Grounded:
-        command = command or ""
+        command = (command or "").strip()
+        if not command:
+            return Grounded("", MISSING)
+        if valid_actions and command in valid_actions:
+            return Grounded(command, EXACT)
         if not self.enabled or not valid_actions:
-            return Grounded(command, 0.0, False)
+            return Grounded(command, UNCHECKED)
         filled = _fill_template(command, [a[: -len(TEMPLATE)] for a in valid_actions if a.endswith(TEMPLATE)])
         if filled is not None:
-            return Grounded(filled, 100.0, filled != command)
-        valid_actions = [a for a in valid_actions if not a.endswith(TEMPLATE)]
-        if not valid_actions:
-            return Grounded(command, 0.0, False)
-        normalized = utils.default_process(command)
-        for action in valid_actions:
-            if utils.default_process(action) == normalized:
-                return Grounded(action, 100.0, action != command)
-        best = process.extractOne(
-            command, list(valid_actions), scorer=fuzz.WRatio, processor=utils.default_process
-        )
-        if best is None or best[1] < self.min_score:
-            return Grounded(command, 0.0 if best is None else float(best[1]), False)
-        return Grounded(best[0], float(best[1]), True)
+            return Grounded(filled, EXACT if filled == command else FILLED)
+        actions = [a for a in valid_actions if not a.endswith(TEMPLATE)]
+        key = _key(command)
+        same = _unique(a for a in actions if _key(a) == key) if key else None
+        if same is None:
+            same = _by_target(command, actions)
+        if same is not None:
+            return Grounded(same, NORMALIZED)
+        return Grounded(command, REFUSED)
+
+
+def grounding_shares(labels: Iterable[str | None]) -> dict[str, float]:
+    """Evaluation metrics: the share of steps whose command was exact, rewritten
+    (normalized or filled), refused, missing or unchecked, over the steps with a
+    recorded grounding (``grounding_steps``); empty when none has one (old files)."""
+    known = [label for label in labels if label is not None]
+    if not known:
+        return {}
+    n = len(known)
+    shares = {
+        "grounding_exact": sum(g == EXACT for g in known) / n,
+        "grounding_rewritten": sum(g in REWRITTEN for g in known) / n,
+        "grounding_refused": sum(g == REFUSED for g in known) / n,
+        "grounding_missing": sum(g == MISSING for g in known) / n,
+        "grounding_unchecked": sum(g == UNCHECKED for g in known) / n,
+    }
+    return shares | {"grounding_steps": n}

@@ -13,7 +13,7 @@ from typing import Protocol
 import torch
 
 from agentq.agent.action import CompositeAction, parse_composite
-from agentq.agent.grounding import Grounder
+from agentq.agent.grounding import REWRITTEN, Grounder
 from agentq.agent.prompt import History, Messages, PromptBuilder
 from agentq.models.constrained import CommandConstraint, TokenTable
 from agentq.models.prefix_cache import PrefixCache
@@ -26,7 +26,9 @@ class Candidate:
     ``text`` and ``action_ids`` are exactly what the policy generated (the
     training target); ``command`` is what was sent to the environment after
     grounding; ``logprob`` is log pi(text | prompt) under the generating policy
-    (Agent Q, Eq. 1), kept as the reference log-prob for DPO.
+    (Agent Q, Eq. 1), kept as the reference log-prob for DPO. ``grounding`` says
+    how ``command`` relates to the env's valid actions (one of
+    :data:`agentq.agent.grounding.GROUNDINGS`; None for scripted candidates).
     """
 
     text: str
@@ -35,7 +37,12 @@ class Candidate:
     action_ids: tuple[int, ...] = ()
     prompt: Messages = field(default_factory=list)
     parsed: CompositeAction | None = None
-    grounded: bool = False  # the command was replaced by the closest valid action
+    grounding: str | None = None  # exact / normalized / filled / refused / missing / unchecked
+
+    @property
+    def grounded(self) -> bool:
+        """The command was rewritten into a listed action (normalized or filled)."""
+        return self.grounding in REWRITTEN
 
 
 class Policy(Protocol):
@@ -176,7 +183,7 @@ class LLMPolicy:
                     action_ids=tuple(sample.token_ids),
                     prompt=messages,
                     parsed=parsed,
-                    grounded=grounded.changed,
+                    grounding=grounded.grounding,
                 )
             )
         return candidates
@@ -193,6 +200,21 @@ class LLMPolicy:
             max_new_tokens=self.sampling.max_new_tokens,
             max_tail_tokens=self.sampling.max_tail_tokens,
         )
+
+
+def forget_prompts(*parts) -> None:
+    """Empty the prompt caches of a policy, critic or judge at the start of a task.
+
+    A cached prefix is computed in other shapes than the same prompt from scratch,
+    and on some CPUs that changes the last float bits enough to flip a sampled
+    token. Scoping the caches to one task keeps every search and episode a function
+    of the weights, the seed, the task and the config, never of what ran before it
+    in the process (a resumed run collects the trees an uninterrupted one would).
+    """
+    for part in parts:
+        cache = getattr(part, "prefix_cache", None)
+        if cache is not None:
+            cache.clear()
 
 
 def eos_token_ids(tokenizer) -> set[int]:

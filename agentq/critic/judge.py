@@ -29,6 +29,7 @@ import torch
 from agentq.agent.action import parse_composite
 from agentq.agent.policy import encode_chat
 from agentq.data.trajectory import Step
+from agentq.validation import require_int
 
 LABELS = ("good", "bad", "uncertain")
 
@@ -66,14 +67,7 @@ class ActorStepJudge:
         max_previous: int = 10,
         max_chars: int = 2000,
     ) -> None:
-        if max_prompt_tokens < 16:
-            raise ValueError(
-                f"pairs.judge.max_prompt_tokens must be >= 16, got {max_prompt_tokens}"
-            )
-        if max_previous < 0:
-            raise ValueError(f"pairs.judge.max_previous must be >= 0, got {max_previous}")
-        if max_chars < 1:
-            raise ValueError(f"pairs.judge.max_chars must be >= 1, got {max_chars}")
+        self.check_args("pairs.judge", max_prompt_tokens=max_prompt_tokens, max_previous=max_previous, max_chars=max_chars)
         self.model = model
         self.tokenizer = tokenizer
         self.max_prompt_tokens = max_prompt_tokens
@@ -86,6 +80,16 @@ class ActorStepJudge:
             raise ValueError(
                 "judge: the labels Good, Bad, Uncertain do not start with distinct tokens"
             )
+
+    @classmethod
+    def check_args(
+        cls, key: str, *, max_prompt_tokens: int = 2048, max_previous: int = 10, max_chars: int = 2000, **_
+    ) -> None:
+        """The settings' ranges, without a model (``agentq.loop.build`` calls it on the
+        config at ``key``, before any model loads)."""
+        require_int(f"{key}.max_prompt_tokens", max_prompt_tokens, 16)
+        require_int(f"{key}.max_previous", max_previous, 0)
+        require_int(f"{key}.max_chars", max_chars, 1)
 
     def messages(self, task: str, steps_so_far: Sequence[Step], step: Step) -> list[dict[str, str]]:
         parts = [f"Task:\n{task.strip()[: self.max_chars]}"]

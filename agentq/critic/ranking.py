@@ -30,6 +30,7 @@ from agentq.agent.action import parse_composite
 from agentq.agent.policy import Candidate, encode_chat
 from agentq.agent.prompt import History
 from agentq.models.prefix_cache import PrefixCache
+from agentq.validation import require_int
 
 CRITIC_SYSTEM = (
     "You are an expert evaluator of an agent's next action. Given the task and "
@@ -44,6 +45,14 @@ class LinearRankScore:
 
     top: float = 1.0
     bottom: float = 0.0
+
+    def __post_init__(self) -> None:
+        numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (self.top, self.bottom))
+        if not numbers or not self.top >= self.bottom:
+            raise ValueError(
+                f"critic.rank_score: top={self.top!r} and bottom={self.bottom!r} must be numbers with "
+                "top >= bottom (the best-ranked command scores top)"
+            )
 
     def __call__(self, rank: int, num: int) -> float:
         if num <= 1:
@@ -79,6 +88,10 @@ class LLMRankingCritic:
         reuse_prefix_cache: bool = True,
         prefix_cache_tokens: int = 4096,
     ) -> None:
+        self.check_args(
+            "critic", max_prompt_tokens=max_prompt_tokens, max_previous=max_previous,
+            prefix_cache_tokens=prefix_cache_tokens,
+        )
         self.model = model
         self.tokenizer = tokenizer
         self.rank_score = rank_score or LinearRankScore()
@@ -86,6 +99,16 @@ class LLMRankingCritic:
         self.max_previous = max_previous
         self.label_ids = [self._single_token(str(i + 1)) for i in range(self.MAX_CANDIDATES)]
         self.prefix_cache = PrefixCache(enabled=reuse_prefix_cache, max_tokens=prefix_cache_tokens)
+
+    @classmethod
+    def check_args(
+        cls, key: str, *, max_prompt_tokens: int = 2048, max_previous: int = 10, prefix_cache_tokens: int = 4096, **_
+    ) -> None:
+        """The settings' ranges, without a model (``agentq.loop.build`` calls it on the
+        config at ``key``, before any model loads)."""
+        require_int(f"{key}.max_prompt_tokens", max_prompt_tokens, 16)
+        require_int(f"{key}.max_previous", max_previous, 0)
+        require_int(f"{key}.prefix_cache_tokens", prefix_cache_tokens, 1)
 
     def _single_token(self, text: str) -> int:
         ids = self.tokenizer.encode(text, add_special_tokens=False)

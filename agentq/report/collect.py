@@ -21,7 +21,10 @@ from typing import Any
 
 import yaml
 
-MODES = ("zero_shot", "search")
+# agentq.evaluate.MODES that the report plots (this module must not import torch).
+MODES = ("zero_shot", "committed", "verifier")
+# Summaries written before the committed mode named the verifier mode "search".
+LEGACY_MODE_NAMES = {"verifier": "search"}
 # Keys whose values differ between any two runs and mean nothing for a comparison.
 IGNORED_CONFIG_KEYS = ("paths.run_dir", "resume", "hydra")
 
@@ -93,10 +96,23 @@ def num_pairs(iteration: dict[str, Any]) -> int | None:
     return None
 
 
+def oracle_entries(study: Study) -> list[dict[str, Any]]:
+    """The distinct scripted-oracle entries of the runs' summaries (``summary["oracle"]``,
+    see agentq.oracle: success on the evaluated goals in the evaluation's step budget)."""
+    entries: dict[tuple, dict[str, Any]] = {}
+    for run in study.runs:
+        oracle = (run.summary or {}).get("oracle")
+        if isinstance(oracle, dict):
+            key = tuple(oracle.get(k) for k in ("env", "split", "max_steps", "num_tasks", "cache_key"))
+            entries.setdefault(key, oracle)
+    return list(entries.values())
+
+
 def eval_metric(iteration: dict[str, Any] | None, mode: str, key: str) -> float | None:
     if not iteration:
         return None
-    value = (iteration.get("eval") or {}).get(mode, {}).get(key)
+    evaluated = iteration.get("eval") or {}
+    value = evaluated.get(mode, evaluated.get(LEGACY_MODE_NAMES.get(mode, mode), {})).get(key)
     return None if value is None else float(value)
 
 
@@ -162,7 +178,7 @@ def load_run(path: Path, name: str) -> Run:
         status = "refused" if (path / "refused.txt").exists() else "no summary"
     else:
         wanted = config.get("iterations")
-        evaluates = any((config.get("eval") or {}).get(mode, True) for mode in MODES)
+        evaluates = any((config.get("eval") or {}).get(flag, True) for flag in ("zero_shot", "search"))
         done = max(
             (
                 it.get("iteration", 0)

@@ -48,8 +48,8 @@ def _integer_ticks(ax, iterations: set[int]) -> None:
 
 def learning_curves(study: Study) -> Figure:
     """Success rate and average reward per iteration, zero-shot and with search: a line per run."""
-    fig = Figure(figsize=(10, 6.5), layout="constrained")
-    axes = fig.subplots(2, 2, sharex=True, squeeze=False)
+    fig = Figure(figsize=(5 * len(MODES), 6.5), layout="constrained")
+    axes = fig.subplots(2, len(MODES), sharex=True, squeeze=False)
     runs = [r for r in study.runs if r.ok]
     for row, (metric, metric_name) in enumerate(METRICS.items()):
         for col, mode in enumerate(MODES):
@@ -99,7 +99,8 @@ def sweep_figure(study: Study) -> Figure | None:
             ax.set_xticks(range(len(categories)), categories, rotation=20, fontsize=8)
         else:
             xs = numbers
-        for offset, mode in zip((-0.02, 0.02), MODES, strict=True):
+        offsets = [0.02 * (i - (len(MODES) - 1) / 2) for i in range(len(MODES))]
+        for offset, mode in zip(offsets, MODES, strict=True):
             ys = [eval_metric(r.final(), mode, "success_rate") for r in runs]
             pts = [(x, y) for x, y in zip(xs, ys, strict=True) if y is not None]
             if not pts:

@@ -2,7 +2,8 @@
 
 Every number is read from the runs' ``summary.json`` and printed with 3 decimals
 (``fmt``); nothing is recomputed except sums over iterations (total pairs, time
-per phase), which say so in their column names.
+per phase), which say so in their column names. The runs table ends with the
+scripted oracle on the runs' goals and step budget (``summary["oracle"]``).
 """
 
 from __future__ import annotations
@@ -11,11 +12,19 @@ import html
 from dataclasses import dataclass
 from typing import Any
 
-from agentq.report.collect import MODES, Run, Study, eval_metric, num_pairs, short_key
+from agentq.report.collect import (
+    MODES,
+    Run,
+    Study,
+    eval_metric,
+    num_pairs,
+    oracle_entries,
+    short_key,
+)
 
 MISSING = "-"
-PHASES = ("collect", "train", "eval_zero_shot", "eval_search")  # the loop's phase_timer names
-MODE_NAMES = {"zero_shot": "zero-shot", "search": "search"}
+PHASES = ("collect", "train", "eval_zero_shot", "eval_committed", "eval_verifier")  # the loop's phase_timer names
+MODE_NAMES = {"zero_shot": "zero-shot", "committed": "search (committed)", "verifier": "search (verifier, upper bound)"}
 
 
 def fmt(value: Any, digits: int = 3) -> str:
@@ -78,7 +87,27 @@ def runs_table(study: Study) -> Table:
             ]
         row += [fmt(run.total_pairs()), fmt(run.wall_seconds, 1)]
         rows.append(row)
+    rows += oracle_rows(study, len(columns))
     return Table(columns, rows)
+
+
+def oracle_rows(study: Study, width: int) -> list[list[str]]:
+    """The scripted oracle on the runs' goals and step budget, as rows of the runs table: its
+    success and reward in the zero-shot columns (one episode per goal, no search)."""
+    entries = oracle_entries(study)
+    several_envs = len({e.get("env") for e in entries}) > 1
+    rows = []
+    for oracle in entries:
+        env = f"{str(oracle.get('env', '')).rpartition('/')[2]}, " if several_envs else ""
+        label = f"scripted oracle ({env}{oracle.get('split')}, {oracle.get('max_steps')} steps)"
+        row = [label, f"oracle, {oracle.get('num_tasks')} tasks"] + [MISSING] * (len(study.swept) + 1)
+        for mode in MODES:
+            if mode == "zero_shot":
+                row += [fmt(oracle.get("success_rate")), fmt(oracle.get("avg_reward"))]
+            else:
+                row += [MISSING, MISSING]
+        rows.append(row + [MISSING] * (width - len(row)))
+    return rows
 
 
 def phases(study: Study) -> list[str]:

@@ -88,7 +88,7 @@ def build_report(study: Study, *, entity: str = "", project: str | None = None):
         ]
         panels.append(
             wr.ParallelCoordinatesPlot(
-                title="sweep", columns=columns, layout=wr.Layout(x=16, y=0, w=8, h=12)
+                title="sweep", columns=columns, layout=wr.Layout(x=8 * len(MODES), y=0, w=8, h=12)
             )
         )
     text = [

@@ -33,7 +33,7 @@ MCTS); they are kept as trajectories.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
@@ -41,11 +41,13 @@ import gymnasium as gym
 import torch
 
 from agentq.agent import episode
-from agentq.agent.policy import Candidate, Policy
+from agentq.agent.policy import Candidate, Policy, forget_prompts
 from agentq.agent.prompt import History
 from agentq.data.trajectory import Step, Trajectory
 from agentq.search.position import Position, budget_spent, child_node, merge_duplicates, path_steps
 from agentq.search.tree import Node, SearchResult, Tree, ucb_score
+
+LeafValue = Callable[[History], float]  # a state's value in [0, 1], judged without the env's reward
 
 
 class Critic(Protocol):
@@ -68,6 +70,10 @@ class MCTS:
         greedy_rollouts: roll out with greedy decoding instead of sampling.
         max_policy_calls: no new simulation starts once the policy was called this
             often (None: no limit); the running one finishes.
+        use_critic: rank each expansion's candidates with the critic (Agent Q). False
+            is plain UCT, Agent-R's search (Zhang et al. 2025, §3.1: MCTS whose values
+            are the environment's rewards, no LLM critic): Q̂ = 0, no critic calls,
+            new children tried in the policy's order, and ``alpha`` must be 1.
     """
 
     critic_kind: ClassVar[str] = "rank"  # ranks the K candidates at a node (LLMRankingCritic)
@@ -81,8 +87,13 @@ class MCTS:
     dense_reward: bool = False
     greedy_rollouts: bool = False
     max_policy_calls: int | None = None
+    use_critic: bool = True
 
     def __post_init__(self) -> None:
+        if not self.use_critic and self.alpha != 1.0:
+            raise ValueError(
+                f"search.use_critic=false leaves Q̂ = 0 in Eq. 10, so search.alpha must be 1.0, got {self.alpha}"
+            )
         checks = {
             "search.num_simulations": self.num_simulations >= 1,
             "search.num_actions": self.num_actions >= 1,
@@ -105,7 +116,30 @@ class MCTS:
         task_id: Any,
         generator: torch.Generator | None = None,
     ) -> SearchResult:
-        run = _Run(self, env, policy, critic, task_id, generator)
+        """A tree from the task's start, valued by the environment's reward."""
+        forget_prompts(policy, critic)
+        return self.search_from(env, policy, critic, task_id=task_id, generator=generator)
+
+    def search_from(
+        self,
+        env: gym.Env,
+        policy: Policy,
+        critic: Critic,
+        *,
+        task_id: Any,
+        generator: torch.Generator | None = None,
+        start: History | None = None,
+        prefix: Sequence[str] = (),
+        leaf_value: LeafValue | None = None,
+    ) -> SearchResult:
+        """A tree rooted at ``start``, the state the env is in now (reached from the
+        task's reset by the commands ``prefix``), or at the reset when None.
+
+        ``leaf_value`` replaces the environment's reward as R (Eq. 8): the value of
+        the state a simulation ended in, judged without the env's reward (the
+        committed mode of :mod:`agentq.search.committed`).
+        """
+        run = _Run(self, env, policy, critic, task_id, generator, start, prefix, leaf_value)
         for _ in range(self.num_simulations):
             if budget_spent(run.stats, self.max_policy_calls):
                 break
@@ -116,14 +150,14 @@ class MCTS:
 class _Run:
     """The state of one search: the tree, the env position, counters."""
 
-    def __init__(self, cfg: MCTS, env, policy, critic, task_id, generator) -> None:
+    def __init__(self, cfg: MCTS, env, policy, critic, task_id, generator, start, prefix, leaf_value) -> None:
         self.cfg, self.env, self.policy, self.critic = cfg, env, policy, critic
-        self.task_id, self.generator = task_id, generator
+        self.task_id, self.generator, self.leaf_value = task_id, generator, leaf_value
         self.tree = Tree(task_id=task_id, alpha=cfg.alpha)
         self.trajectories: list[Trajectory] = []
         self.stats = {"simulations": 0, "policy_calls": 0, "critic_calls": 0, "env_steps": 0, "restores": 0}
-        self.position = Position(env, task_id, self.tree, self.stats)
-        self.position.root()
+        self.position = Position(env, task_id, self.tree, self.stats, prefix)
+        self.position.root(start)
 
     # -- one simulation -------------------------------------------------------
     def simulate(self) -> None:
@@ -141,10 +175,19 @@ class _Run:
                 break
             node = self._select(node)
             self.position.enter(node)
-        value = outcome.value(self.cfg.dense_reward)
-        self._backpropagate(node, value)
+        self._backpropagate(node, self._value(node, rollout, outcome))
         self._record(node, rollout, outcome)
         self.stats["simulations"] += 1
+
+    def _value(self, node: Node, rollout: list[Step], outcome: episode.Outcome) -> float:
+        """R of Eq. 8: the env's reward, or ``leaf_value`` of the state the simulation reached."""
+        if self.leaf_value is None:
+            return outcome.value(self.cfg.dense_reward)
+        state = node.history
+        for s in rollout:
+            state = state.extend(s.action, s.observation, None)
+        self.stats["judge_calls"] = self.stats.get("judge_calls", 0) + 1
+        return float(self.leaf_value(state))
 
     def _select(self, node: Node) -> Node:
         children = self.tree.children(node)
@@ -157,11 +200,11 @@ class _Run:
         self.stats["policy_calls"] += 1
         unique = merge_duplicates(candidates)
         node.prompt = unique[0].prompt
-        if len(unique) > 1:
+        if len(unique) > 1 and self.cfg.use_critic:
             scores = self.critic.score(node.history, unique)
             self.stats["critic_calls"] += 1
         else:
-            scores = [1.0]
+            scores = [1.0 if self.cfg.use_critic else 0.0] * len(unique)
         for candidate, score in zip(unique, scores, strict=True):
             self.tree.add(child_node(node, candidate, score))
 

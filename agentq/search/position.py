@@ -22,6 +22,7 @@ import gymnasium as gym
 
 from agentq.agent import episode
 from agentq.agent.policy import Candidate
+from agentq.agent.prompt import History
 from agentq.data.trajectory import Step, Trajectory
 from agentq.search.tree import Node, Tree
 
@@ -33,15 +34,22 @@ class Position:
     steps) and ``restores`` are added to it.
     """
 
-    def __init__(self, env: gym.Env, task_id: Any, tree: Tree, stats: dict[str, float]) -> None:
+    def __init__(
+        self, env: gym.Env, task_id: Any, tree: Tree, stats: dict[str, float], prefix: Sequence[str] = ()
+    ) -> None:
         self.env, self.task_id, self.tree, self.stats = env, task_id, tree, stats
+        self.prefix = tuple(prefix)  # commands from the task's reset to the root
         self.base = env.unwrapped
         self.can_snapshot = hasattr(self.base, "snapshot") and hasattr(self.base, "restore")
         self.at: int | None = None  # the node the env is in, None when unknown
 
-    def root(self) -> Node:
-        """Reset the env to the task and add the root node."""
-        history = episode.start(self.env, self.task_id)
+    def root(self, history: History | None = None) -> Node:
+        """Add the root node: the task's reset state, or ``history``, the state the
+        env is in now (a committed episode's, reached by ``prefix`` from the reset)."""
+        if history is None:
+            if self.prefix:
+                raise ValueError("Position.root: a prefix needs the history it leads to")
+            history = self._reset()
         root = self.tree.add(Node(id=0, parent=None, depth=0, history=history))
         root.expanded_env = True
         root.snapshot = self._snapshot()
@@ -55,7 +63,7 @@ class Position:
         if node.snapshot is not None:
             self.base.restore(node.snapshot)
         else:  # reset and replay the command prefix
-            episode.start(self.env, self.task_id)
+            self._reset()
             for n in self.tree.path(node)[1:]:
                 self.env.step(n.command)
                 self.stats["env_steps"] += 1
@@ -83,6 +91,13 @@ class Position:
         """The env moved outside the tree (a rollout): the next ``goto`` must restore."""
         self.at = None
 
+    def _reset(self) -> History:
+        history = episode.start(self.env, self.task_id)
+        for command in self.prefix:
+            self.env.step(command)
+            self.stats["env_steps"] += 1
+        return history
+
     def _snapshot(self) -> Any:
         return self.base.snapshot() if self.can_snapshot else None
 
@@ -108,6 +123,7 @@ def child_node(parent: Node, candidate: Candidate, critic_score: float = 0.0) ->
         command=candidate.command,
         logprob=candidate.logprob,
         action_ids=tuple(candidate.action_ids),
+        grounding=candidate.grounding,
         critic_score=float(critic_score),
     )
 
@@ -123,6 +139,7 @@ def path_steps(tree: Tree, node: Node) -> list[Step]:
             reward=n.reward,
             logprob=n.logprob,
             action_ids=list(n.action_ids),
+            grounding=n.grounding,
         )
         for n in tree.path(node)[1:]
     ]

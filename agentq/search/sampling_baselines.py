@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import torch
 
-from agentq.agent.policy import Candidate, Policy
+from agentq.agent.policy import Candidate, Policy, forget_prompts
 from agentq.search.position import (
     Position,
     budget_spent,
@@ -73,6 +73,7 @@ class BestOfN:
         task_id: Any,
         generator: torch.Generator | None = None,
     ) -> SearchResult:
+        forget_prompts(policy, critic)
         run = _Run(env, task_id, self.max_policy_calls)
         trajectories = []
         for _ in range(self.n):
@@ -124,6 +125,7 @@ class SelfConsistency:
         task_id: Any,
         generator: torch.Generator | None = None,
     ) -> SearchResult:
+        forget_prompts(policy, critic)
         run = _Run(env, task_id, self.max_policy_calls)
         node = run.root
         while not node.terminal and node.depth < self.max_depth and not run.budget_spent():

@@ -49,7 +49,7 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import torch
 
-from agentq.agent.policy import Policy
+from agentq.agent.policy import Policy, forget_prompts
 from agentq.critic.value import StateEvaluator
 from agentq.search.position import (
     Position,
@@ -206,6 +206,7 @@ class _Run:
         self, env, policy, evaluator, task_id, generator, num_actions, max_policy_calls
     ) -> None:
         self.policy, self.evaluator, self.generator = policy, evaluator, generator
+        forget_prompts(policy, evaluator)
         self.num_actions, self.max_policy_calls = num_actions, max_policy_calls
         # Eq. 10 with alpha = 0: a node's Q is the evaluator's V.
         self.tree = Tree(task_id=task_id, alpha=0.0)

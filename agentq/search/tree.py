@@ -27,6 +27,7 @@ class Node:
     command: str = ""
     logprob: float = 0.0
     action_ids: tuple[int, ...] = ()
+    grounding: str | None = None  # how the command relates to the parent's valid actions (Candidate.grounding)
     critic_score: float = 0.0  # Q̂(h, a): the MCTS critic's rank score, or a ToT evaluator's value
     kept: bool | None = None  # ToT: selected into the frontier (True) or pruned (False); None in MCTS
     # Filled when the env first steps into the node.
@@ -89,6 +90,7 @@ class Tree:
                     "command": n.command,
                     "logprob": n.logprob,
                     "action_ids": list(n.action_ids),
+                    "grounding": n.grounding,
                     "critic_score": n.critic_score,
                     "kept": n.kept,
                     "q_mcts": n.q_mcts,
@@ -125,6 +127,7 @@ class Tree:
                     command=d["command"],
                     logprob=d["logprob"],
                     action_ids=tuple(d.get("action_ids", ())),
+                    grounding=d.get("grounding"),
                     critic_score=d["critic_score"],
                     kept=d.get("kept"),
                     expanded_env=d.get("expanded_env", True),

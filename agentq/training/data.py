@@ -19,11 +19,15 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
 import torch
-from torch.utils.data import Dataset
+import torch.distributed as dist
+from torch.utils.data import DataLoader, Dataset, Sampler
 
 from agentq.agent.policy import encode_chat
 from agentq.agent.prompt import Messages
@@ -238,3 +242,118 @@ def collate_preferences(items: Sequence[TokenizedPreference]) -> PreferenceBatch
 def collate_sft(items: Sequence[TokenizedSFT]) -> SFTBatch:
     segments = Segments.of([x.segments for x in items])
     return SFTBatch(segments=segments, num_tokens=segments.num_tokens())
+
+
+# --------------------------------------------------------------------- order (resumable)
+
+
+def derive_seed(*keys: int) -> int:
+    """A 63-bit seed that depends only on ``keys`` (non-negative ints), well mixed:
+    (1, 0) and (0, 1) give unrelated streams, unlike ``seed + epoch``."""
+    low, high = np.random.SeedSequence([int(k) for k in keys]).generate_state(2, np.uint32)
+    return (int(high) << 31) ^ int(low)
+
+
+def data_parallel_rank() -> tuple[int, int]:
+    """(world size, rank) of the process group, (1, 0) without one."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size(), dist.get_rank()
+    return 1, 0
+
+
+class EpochSampler(Sampler[int]):
+    """This rank's example indices for one epoch, in an order that depends only on
+    ``(seed, epoch)``, so a restarted process draws the same epoch as the killed one.
+
+    Data-parallel ranks split the epoch as ``DistributedSampler`` does (the order
+    padded by repeating its start to a multiple of the world size, then every
+    ``world``-th index from ``rank``); the world is read when an epoch starts, so the
+    sampler can be built before the workers exist. ``offset`` skips that many of the
+    epoch's indices in the next iteration only (a resumed epoch).
+    """
+
+    def __init__(self, num_examples: int, seed: int, shuffle: bool = True) -> None:
+        self.num_examples = num_examples
+        self.seed = seed
+        self.shuffle = shuffle
+        self.epoch = 0
+        self.offset = 0
+
+    def set_epoch(self, epoch: int) -> None:  # Lightning calls it before every epoch
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        world, _ = data_parallel_rank()
+        return math.ceil(self.num_examples / world)
+
+    def order(self, epoch: int) -> list[int]:
+        """This rank's indices of ``epoch``, in order."""
+        n = self.num_examples
+        if self.shuffle:
+            generator = torch.Generator().manual_seed(derive_seed(self.seed, 0, epoch))
+            indices = torch.randperm(n, generator=generator).tolist()
+        else:
+            indices = list(range(n))
+        world, rank = data_parallel_rank()
+        total = math.ceil(n / world) * world
+        indices = (indices * math.ceil(total / n))[:total] if n else []
+        return indices[rank:total:world]
+
+    def __iter__(self) -> Iterator[int]:
+        start, self.offset = self.offset, 0
+        return iter(self.order(self.epoch)[start:])
+
+
+class ResumableLoader(DataLoader):
+    """A ``DataLoader`` over an :class:`EpochSampler` that Lightning can checkpoint
+    and restore (it has ``state_dict``/``load_state_dict``, so Lightning saves its
+    state with the loops' and loads it on resume): the epoch and how many of this
+    rank's examples of it were handed out. A loader restored mid-epoch starts that
+    epoch after them, so the resumed run sees exactly the batches the killed run
+    had not trained on yet, in the same order; later epochs start at their
+    beginning.
+
+    The count is of batches handed to the consumer (not of indices the sampler
+    produced, which worker processes would prefetch); Lightning fetches a batch of
+    a sized loader only to train on it, so at a checkpoint every batch handed out
+    has been trained on.
+    """
+
+    def __init__(
+        self, dataset: Dataset, *, batch_size: int, collate_fn: Callable[[list[Any]], Any], seed: int,
+        shuffle: bool = True,
+    ) -> None:
+        sampler = EpochSampler(len(dataset), seed=seed, shuffle=shuffle)
+        super().__init__(dataset, batch_size=batch_size, sampler=sampler, collate_fn=collate_fn)
+        self._epoch = 0  # the epoch being handed out
+        self._handed_out = 0  # this rank's examples of it handed out so far
+        self._resume: tuple[int, int] | None = None  # (epoch, examples done) from a checkpoint
+
+    def __iter__(self) -> Iterator[Any]:
+        # A generator: nothing runs until the first batch is asked for, which is after
+        # Lightning has set the sampler's epoch (it creates the iterator before).
+        sampler: EpochSampler = self.sampler
+        resume, self._resume = self._resume, None
+        start = resume[1] if resume is not None and resume[0] == sampler.epoch else 0
+        self._epoch, self._handed_out = sampler.epoch, start
+        sampler.offset = start
+        for batch in super().__iter__():
+            self._handed_out = min(self._handed_out + self.batch_size, len(sampler))
+            yield batch
+
+    def state_dict(self) -> dict[str, int]:
+        world, _ = data_parallel_rank()
+        return {
+            "epoch": self._epoch, "examples_done": self._handed_out, "seed": self.sampler.seed,
+            "num_examples": self.sampler.num_examples, "world_size": world, "batch_size": self.batch_size,
+        }
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        ours = self.state_dict()
+        for key in ("seed", "num_examples", "world_size", "batch_size"):
+            if state.get(key) != ours[key]:
+                raise ValueError(
+                    f"cannot resume this training exactly: its checkpoint was written with {key}={state.get(key)} "
+                    f"and this run has {key}={ours[key]}; delete the checkpoints folder to train from the start"
+                )
+        self._resume = (int(state["epoch"]), int(state["examples_done"]))

@@ -22,9 +22,9 @@ which would rerun the whole Hydra job: refused (ranks started by ``torchrun``
 pass, but then every rank runs the whole loop). Sharded strategies (FSDP) are
 refused: see conf/trainer/fsdp_gpu.yaml. Under a spawning strategy:
 
-- each rank draws ``batch_size`` examples per step (Lightning adds a
-  ``DistributedSampler``): the effective batch is ``devices x batch_size``, and
-  an epoch is ``ceil(N / devices / batch_size)`` steps;
+- each rank draws ``batch_size`` examples per step (the loader gives each rank
+  its share of an epoch as a ``DistributedSampler`` would): the effective batch is
+  ``devices x batch_size``, and an epoch is ``ceil(N / devices / batch_size)`` steps;
 - the module (peft model, objective, optimiser factory) and the data loader are
   pickled into the workers: the optimiser factory must be picklable (Hydra's
   ``_partial_`` is, a lambda is not), and gradient checkpointing is switched on
@@ -38,6 +38,32 @@ refused: see conf/trainer/fsdp_gpu.yaml. Under a spawning strategy:
   never write one logger's files);
 - ``last.ckpt`` (adapter only) is written by rank 0 and read by every rank on
   resume (the steps before the restart then count with rank 0's metrics only).
+
+Resuming. A run killed mid-training and restarted trains exactly the adapter an
+uninterrupted run trains (tests/test_resume.py compares them), because
+``last.ckpt`` holds, besides the adapter, the optimiser's and any LR scheduler's
+state and Lightning's loop counters, and:
+
+- the order of the examples in an epoch depends only on ``(seed, epoch)``
+  (:class:`~agentq.training.data.EpochSampler`), and the loader's position in its
+  epoch is saved with the checkpoint and restored
+  (:class:`~agentq.training.data.ResumableLoader`): the resumed epoch continues
+  with the batches not trained on yet, in the same order. (A plain shuffling
+  ``DataLoader`` restarted the epoch with a fresh permutation, and Lightning
+  warned that the loader is not resumable.)
+- every training micro-batch reseeds the global RNGs from ``(seed, epoch, batch,
+  rank)`` (:class:`SeedEachBatch`), so LoRA dropout draws the same masks for the
+  same batch whatever the process drew before;
+- checkpoints are written only right after an optimiser step
+  (``every_n_train_steps`` counts optimiser steps), never with the gradients of
+  some micro-batches accumulated but not applied; the accumulation windows restart
+  with every epoch, and the restored loop counters put the resumed micro-batches in
+  the same windows.
+
+The steps between the last checkpoint and the kill are trained again (same
+batches, same dropout), so they are lost time, not a different result. A
+checkpoint from another world size, batch size, seed or number of examples is
+refused rather than resumed inexactly.
 """
 
 from __future__ import annotations
@@ -45,12 +71,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import shutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import lightning as L
+import numpy as np
 import torch
 from hydra.utils import instantiate
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
@@ -61,13 +89,14 @@ from lightning.pytorch.strategies.launchers import (
 )
 from peft import LoraConfig, PeftModel, get_peft_model
 from torch import nn
-from torch.utils.data import DataLoader
 
 from agentq.training.data import (
     Example,
     ExampleDataset,
+    ResumableLoader,
     collate_preferences,
     collate_sft,
+    derive_seed,
     example_kind,
 )
 from agentq.training.module import AdapterModule, PreferenceModule, SFTModule
@@ -115,7 +144,9 @@ def fit(
             "trainer.shared_prefix needs the prompt's KV cache, which gradient checkpointing "
             "turns off: set trainer.gradient_checkpointing=false or trainer.shared_prefix=false"
         )
-    lightning = with_strategy(lightning)
+    # The ResumableLoader splits the data over ranks itself: Lightning must not swap its
+    # sampler for a DistributedSampler (whose position it cannot checkpoint).
+    lightning = with_strategy(lightning) | {"use_distributed_sampler": False}
     check_strategy(lightning.get("strategy"))
     dataset = ExampleDataset(examples, tokenizer, max_prompt_tokens)
     checkpoints = out_dir / "checkpoints"
@@ -125,7 +156,10 @@ def fit(
         **lightning,
         logger=list(loggers) if loggers else False,
         callbacks=[
+            # every_n_train_steps counts optimiser steps and saves right after one: never
+            # with gradients accumulated over some micro-batches but not applied yet.
             ModelCheckpoint(dirpath=checkpoints, save_last=True, every_n_train_steps=checkpoint_every_n_steps),
+            SeedEachBatch(seed),
             StepHistory(history),
         ],
         default_root_dir=str(out_dir),
@@ -143,15 +177,9 @@ def fit(
         peft_model, objective, optimizer, rows_per_forward=2 * batch_size,
         gradient_checkpointing=gradient_checkpointing, **options
     )
-    loader = DataLoader(
-        dataset,
-        batch_size=batch_size,
-        shuffle=True,
-        collate_fn=collate,
-        # A torch.Generator cannot be pickled into spawned workers; there the
-        # DistributedSampler shuffles, seeded from PL_GLOBAL_SEED (worker_seed).
-        generator=None if in_workers else torch.Generator().manual_seed(seed),
-    )
+    # The order of an epoch depends on (seed, epoch) only, and the loader's position is
+    # checkpointed: see "Resuming" in the module docstring.
+    loader = ResumableLoader(dataset, batch_size=batch_size, collate_fn=collate, seed=seed)
     last = checkpoints / "last.ckpt"
     with worker_seed(seed) if in_workers else contextlib.nullcontext():
         trainer.fit(module, loader, ckpt_path=str(last) if last.exists() else None)
@@ -170,6 +198,25 @@ fit_preferences = fit
 
 # Rank 0's per-step metrics (combined over ranks) and the world size, in fit's out_dir.
 STEP_HISTORY = "train_steps.json"
+
+
+class SeedEachBatch(Callback):
+    """Seed torch (every device), NumPy and Python's ``random`` before each training
+    micro-batch from ``(seed, epoch, batch index, rank)``: LoRA dropout, and whatever
+    else a step draws, depends only on which batch it is, not on what the process
+    drew before. So a resumed run draws what the uninterrupted run drew at the same
+    batch without restoring RNG states from the checkpoint, which would not be
+    enough: a restarted process creates the data loader's iterator (one draw from
+    the global generator) at another point than an uninterrupted one does."""
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int) -> None:
+        seed = derive_seed(self.seed, 1, trainer.current_epoch, batch_idx, trainer.global_rank)
+        random.seed(seed)
+        np.random.seed(seed % 2**32)
+        torch.manual_seed(seed)
 
 
 class StepHistory(Callback):
@@ -238,7 +285,8 @@ def trains_in_workers(trainer: L.Trainer) -> bool:
 @contextlib.contextmanager
 def worker_seed(seed: int) -> Iterator[None]:
     """Spawned workers inherit the environment: Lightning seeds each worker's RNGs
-    and the DistributedSampler's shuffle from ``PL_GLOBAL_SEED``."""
+    from ``PL_GLOBAL_SEED`` when it starts (the training steps reseed per batch:
+    :class:`SeedEachBatch`)."""
     before = os.environ.get("PL_GLOBAL_SEED")
     os.environ["PL_GLOBAL_SEED"] = str(seed)
     try:

@@ -108,7 +108,7 @@ class AdapterModule(L.LightningModule):
         rows = torch.tensor([[row[k] for k in keys] for row in self.history], dtype=torch.float64)  # (R, M)
         counts = self.all_gather(torch.tensor(rows.shape[0]))  # (W,)
         if not bool((counts == rows.shape[0]).all()):
-            # DistributedSampler pads every rank to the same number of batches, so this
+            # The loader pads every rank to the same number of batches (EpochSampler), so this
             # only happens if ranks resumed from different checkpoints.
             rank_zero_warn(f"ranks ran different numbers of steps {counts.tolist()}: keeping each rank's own metrics")
             return list(self.history)

