@@ -24,7 +24,6 @@ import argparse
 import csv
 import io
 import json
-import math
 import shlex
 import shutil
 import sys
@@ -34,6 +33,8 @@ from pathlib import Path
 import numpy as np
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
+
+from agentq.intervals import wilson_interval
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
 NOT_EVALUATED = "-"
@@ -127,16 +128,6 @@ def share_collection(source: Path, run_dir: Path) -> None:
     for path in sorted((source / "iter_001" / "collect").glob("task_*.json")):
         if not (target / path.name).exists():
             shutil.copy2(path, target / path.name)
-
-
-def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """95% Wilson score interval of a success rate (sensible at 0/n and n/n)."""
-    if n == 0:
-        return (0.0, 0.0)
-    p = successes / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return (max(0.0, centre - half), min(1.0, centre + half))
 
 
 def bootstrap_interval(values, resamples: int = 10_000, seed: int = 0) -> tuple[float, float]:

@@ -28,8 +28,8 @@ from typing import Any
 import gymnasium as gym
 from omegaconf import DictConfig, OmegaConf
 
-from agentq.compare import wilson_interval
 from agentq.data.buffer import read_json, write_json
+from agentq.intervals import wilson_interval
 
 log = logging.getLogger(__name__)
 

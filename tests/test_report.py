@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from agentq.intervals import wilson_interval
 from agentq.report.__main__ import main as report_main
 from agentq.report.collect import load_study
 from agentq.report.page import write_report
@@ -166,7 +167,8 @@ def test_markdown_table_equals_the_summaries(multirun, tmp_path):
             if result is None:  # job 2 has no committed row
                 assert row[f"{name} success"] == row[f"{name} reward"] == "-"
                 continue
-            assert row[f"{name} success"] == f"{result['success_rate']:.3f}"
+            lo, hi = wilson_interval(round(result["success_rate"] * 8), 8)  # 8 tasks per fake summary
+            assert row[f"{name} success"] == f"{result['success_rate']:.3f} [{lo:.2f}, {hi:.2f}]"
             assert row[f"{name} reward"] == f"{result['avg_reward']:.3f}"
         assert row["pairs (all iterations)"] == str(pairs)
         assert row["wall s"] == "42.5"
@@ -200,9 +202,9 @@ def test_a_single_run_and_the_cli(multirun, tmp_path, capsys):
     rows = table_rows(text, "Runs (final iteration)")
     assert (
         len(rows) == 1
-        and rows[0][f"{VERIFIER} success"] == "0.750"
+        and rows[0][f"{VERIFIER} success"] == "0.750 [0.41, 0.93]"
         and rows[0][f"{VERIFIER} reward"] == "0.800"
-        and rows[0]["search (committed) success"] == "0.500"
+        and rows[0]["search (committed) success"] == "0.500 [0.22, 0.78]"
     )
     assert "no search tree found" in text  # job 1 collected nothing
     assert "report.html" in capsys.readouterr().out
@@ -266,7 +268,10 @@ def test_wandb_report_spec_builds_offline(multirun, tmp_path, monkeypatch):
     kinds = [type(b).__name__ for b in report.blocks]
     assert kinds == ["H2", "MarkdownBlock", "H2", "PanelGrid"]
     markdown, grid = report.blocks[1].text, report.blocks[3]
-    assert "| 1 | complete | 0.3 | 0.1 | 1 | 0.125 | 0.200 | 0.500 | 0.600 | 0.750 | 0.800 | 7 | 42.5 |" in markdown
+    assert (
+        "| 1 | complete | 0.3 | 0.1 | 1 | 0.125 [0.02, 0.47] | 0.200 | 0.500 [0.22, 0.78] | 0.600 "
+        "| 0.750 [0.41, 0.93] | 0.800 | 7 | 42.5 |"
+    ) in markdown
     (runset,) = grid.runsets
     assert WANDB_ID in runset.filters and runset.project == "agentq-test"
     lines = [p for p in grid.panels if isinstance(p, wr.LinePlot)]
@@ -307,5 +312,5 @@ def test_the_runs_table_ends_with_the_scripted_oracle(multirun, tmp_path):
     rows = table_rows(files.markdown.read_text(), "Runs (final iteration)")
     assert [r["run"] for r in rows] == ["0", "1", "2", "3", "scripted oracle (test, 40 steps)"]
     assert rows[-1]["status"] == "oracle, 8 tasks"
-    assert (rows[-1]["zero-shot success"], rows[-1]["zero-shot reward"]) == ("1.000", "1.000")
+    assert (rows[-1]["zero-shot success"], rows[-1]["zero-shot reward"]) == ("1.000 [0.68, 1.00]", "1.000")
     assert rows[-1]["β"] == rows[-1]["wall s"] == "-"

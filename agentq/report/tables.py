@@ -12,6 +12,7 @@ import html
 from dataclasses import dataclass
 from typing import Any
 
+from agentq.intervals import wilson_interval
 from agentq.report.collect import (
     MODES,
     Run,
@@ -82,13 +83,21 @@ def runs_table(study: Study) -> Table:
         row.append(fmt(final.get("iteration")) if final else MISSING)
         for mode in MODES:
             row += [
-                fmt(eval_metric(final, mode, "success_rate")),
+                success_cell(eval_metric(final, mode, "success_rate"), eval_metric(final, mode, "num_tasks")),
                 fmt(eval_metric(final, mode, "avg_reward")),
             ]
         row += [fmt(run.total_pairs()), fmt(run.wall_seconds, 1)]
         rows.append(row)
     rows += oracle_rows(study, len(columns))
     return Table(columns, rows)
+
+
+def success_cell(rate: float | None, n: float | None) -> str:
+    """A success rate with its 95% Wilson interval over the ``n`` evaluated tasks."""
+    if rate is None or not n:
+        return fmt(rate)
+    lo, hi = wilson_interval(round(rate * n), int(n))
+    return f"{rate:.3f} [{lo:.2f}, {hi:.2f}]"
 
 
 def oracle_rows(study: Study, width: int) -> list[list[str]]:
@@ -103,7 +112,8 @@ def oracle_rows(study: Study, width: int) -> list[list[str]]:
         row = [label, f"oracle, {oracle.get('num_tasks')} tasks"] + [MISSING] * (len(study.swept) + 1)
         for mode in MODES:
             if mode == "zero_shot":
-                row += [fmt(oracle.get("success_rate")), fmt(oracle.get("avg_reward"))]
+                success = success_cell(oracle.get("success_rate"), oracle.get("num_tasks"))
+                row += [success, fmt(oracle.get("avg_reward"))]
             else:
                 row += [MISSING, MISSING]
         rows.append(row + [MISSING] * (width - len(row)))
