@@ -176,7 +176,7 @@ def table_rows(out: Path, methods=METHODS) -> list[dict]:
             continue
         success = [bool(e["trajectory"]["success"]) for e in episodes]
         reward = [float(e["trajectory"]["score"]) for e in episodes]
-        calls = [e["stats"].get("policy_calls", 0) + e["stats"].get("critic_calls", 0) for e in episodes]
+        calls = [sum(e["stats"].get(k, 0) for k in ("policy_calls", "critic_calls", "judge_calls")) for e in episodes]
         s_lo, s_hi = wilson_interval(sum(success), len(success))
         r_lo, r_hi = bootstrap_interval(reward)
         rows.append(
