@@ -11,7 +11,11 @@ from omegaconf import DictConfig
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> None:
-    from agentq.loop import IncompatibleConfig, run
+    from agentq.console import quiet_libraries
+
+    quiet_libraries()  # after Hydra's job logging, before anything logs or warns
+    from agentq.components import IncompatibleConfig
+    from agentq.loop import run
 
     try:
         run(cfg)

@@ -5,7 +5,7 @@
 runs, one after the other and on the same held-out tasks, the experiments
 ``<env>_mcts_dpo``, ``<env>_rft``, ``<env>_traj_dpo``, ``<env>_agent_r`` and
 ``<env>_tot_bfs`` (plus best-of-N with the MCTS experiment's settings), then
-writes ``table.md`` and ``table.csv`` in Agent Q's layout (DESIGN §5) with
+writes ``table.md`` and ``table.csv`` in Agent Q's layout (docs/method.md §5) with
 Agent-R and the search baselines below it. Every run lives in its own folder
 under ``<out>/runs`` (git-ignored: trees and adapters are large); a killed
 comparison started again resumes each run where it stopped and skips finished ones.
@@ -15,7 +15,7 @@ to a file: success rate with a Wilson 95% interval, average reward with a
 percentile-bootstrap 95% interval, and the model calls per task (the budget).
 The last row is the scripted oracle on the same goals in the same step budget
 (the agentq run's ``oracle.json``): below 95% the protocol, not the agent, is
-what the table measures (DESIGN §8).
+what the table measures (docs/method.md §8).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import argparse
 import csv
 import io
 import json
+import logging
 import shlex
 import shutil
 import sys
@@ -34,7 +35,11 @@ import numpy as np
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from agentq.console import StdoutHandler, quiet_libraries
 from agentq.intervals import wilson_interval
+from agentq.layout import TASK_GLOB, RunLayout
+from agentq.modes import COMMITTED, HOW_PICKED, RECOVERY, VERIFIER, ZERO_SHOT
+from agentq.records.tree import SearchStats
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
 NOT_EVALUATED = "-"
@@ -59,13 +64,13 @@ TRAINED_ONLY = ("eval.base=false", "eval.search=false")
 SEARCH_ONLY = ("iterations=0", "eval.zero_shot=false")
 # Recovery (Agent-R Table 3) continues the base policy's failed greedy episodes,
 # taken from the agentq run's iteration 0 for every method.
-RECOVERY = ("eval.recovery=true", "eval.recovery_from={runs}/agentq")
+RECOVERY_FROM_AGENTQ = ("eval.recovery=true", "eval.recovery_from={runs}/agentq")
 METHODS = (
     Method("agentq", "mcts_dpo", ("eval.recovery=true",)),
     Method("rft", "rft", TRAINED_ONLY, shares_collection=True),
     Method("traj_dpo", "traj_dpo", TRAINED_ONLY, shares_collection=True),
     # Agent-R collects with its own search (plain UCT on the env's reward), not Agent Q's trees.
-    Method("agent_r", "agent_r", (*TRAINED_ONLY, *RECOVERY)),
+    Method("agent_r", "agent_r", (*TRAINED_ONLY, *RECOVERY_FROM_AGENTQ)),
     Method("tot_bfs", "tot_bfs", SEARCH_ONLY),
     Method("best_of_n", "base", (*SEARCH_ONLY, "search=best_of_n")),
 )
@@ -76,27 +81,29 @@ class Row:
     label: str
     method: str
     iteration: str  # "base" (0) or "last"
-    mode: str  # one of agentq.evaluate.MODES
+    mode: str  # one of agentq.modes.MODES
 
 
-# How each "with search" row picked its answer, in its label.
-COMMITTED = "committed: one searched action per real step, no env reward"
-VERIFIER = "verifier: best rollout by the env's reward, an upper bound"
+def _row(label: str, method: str, iteration: str, mode: str) -> Row:
+    """A "with search" row says in its label how it picked its answer."""
+    return Row(f"{label} ({HOW_PICKED[mode]})" if mode in HOW_PICKED else label, method, iteration, mode)
+
+
 ROWS = (  # Agent Q Table 1's order, then Agent-R and the search baselines
-    Row("base", "agentq", "base", "zero_shot"),
-    Row("RFT", "rft", "last", "zero_shot"),
-    Row("trajectory DPO", "traj_dpo", "last", "zero_shot"),
-    Row("Agent Q (zero-shot)", "agentq", "last", "zero_shot"),
-    Row(f"base + MCTS ({COMMITTED})", "agentq", "base", "committed"),
-    Row(f"Agent Q + MCTS ({COMMITTED})", "agentq", "last", "committed"),
-    Row(f"base + MCTS ({VERIFIER})", "agentq", "base", "verifier"),
-    Row(f"Agent Q + MCTS ({VERIFIER})", "agentq", "last", "verifier"),
-    Row("Agent-R (zero-shot)", "agent_r", "last", "zero_shot"),
-    Row(f"base + ToT-BFS ({VERIFIER})", "tot_bfs", "base", "verifier"),
-    Row(f"base + best-of-N ({VERIFIER})", "best_of_n", "base", "verifier"),
-    Row("base, recovery", "agentq", "base", "recovery"),
-    Row("Agent Q, recovery", "agentq", "last", "recovery"),
-    Row("Agent-R, recovery", "agent_r", "last", "recovery"),
+    _row("base", "agentq", "base", ZERO_SHOT),
+    _row("RFT", "rft", "last", ZERO_SHOT),
+    _row("trajectory DPO", "traj_dpo", "last", ZERO_SHOT),
+    _row("Agent Q (zero-shot)", "agentq", "last", ZERO_SHOT),
+    _row("base + MCTS", "agentq", "base", COMMITTED),
+    _row("Agent Q + MCTS", "agentq", "last", COMMITTED),
+    _row("base + MCTS", "agentq", "base", VERIFIER),
+    _row("Agent Q + MCTS", "agentq", "last", VERIFIER),
+    _row("Agent-R (zero-shot)", "agent_r", "last", ZERO_SHOT),
+    _row("base + ToT-BFS", "tot_bfs", "base", VERIFIER),
+    _row("base + best-of-N", "best_of_n", "base", VERIFIER),
+    _row("base, recovery", "agentq", "base", RECOVERY),
+    _row("Agent Q, recovery", "agentq", "last", RECOVERY),
+    _row("Agent-R, recovery", "agent_r", "last", RECOVERY),
 )
 
 
@@ -108,7 +115,7 @@ def run_methods(env: str, out: Path, overrides: list[str], methods=METHODS) -> N
         if (run_dir / "done").exists():
             print(f"[compare] {method.name}: finished before, skipped", flush=True)
             continue
-        resume = [f"resume={run_dir}"] if (run_dir / "config.yaml").exists() else []
+        resume = [f"resume={run_dir}"] if RunLayout(run_dir).config.exists() else []
         if method.shares_collection:
             share_collection(out / "runs" / METHODS[0].name, run_dir)
         own = [o.format(runs=(out / "runs").resolve()) for o in method.overrides]
@@ -123,9 +130,9 @@ def run_methods(env: str, out: Path, overrides: list[str], methods=METHODS) -> N
 def share_collection(source: Path, run_dir: Path) -> None:
     """Copy the first iteration's search results of ``source`` into ``run_dir``
     (the loop skips tasks already collected)."""
-    target = run_dir / "iter_001" / "collect"
+    target = RunLayout(run_dir).collect(1)
     target.mkdir(parents=True, exist_ok=True)
-    for path in sorted((source / "iter_001" / "collect").glob("task_*.json")):
+    for path in sorted(RunLayout(source).collect(1).glob(TASK_GLOB)):
         if not (target / path.name).exists():
             shutil.copy2(path, target / path.name)
 
@@ -142,20 +149,17 @@ def bootstrap_interval(values, resamples: int = 10_000, seed: int = 0) -> tuple[
 
 def read_episodes(run_dir: Path, iteration: str, mode: str) -> list[dict] | None:
     """The evaluation episodes of a run's base or last iteration, or None if not evaluated."""
-    config = run_dir / "config.yaml"
-    if not config.exists():
+    layout = RunLayout(run_dir)
+    if not layout.config.exists():
         return None
-    index = 0 if iteration == "base" else int(OmegaConf.load(config).iterations)
-    folder = run_dir / f"iter_{index:03d}" / "eval" / mode
-    if mode == "verifier" and not folder.exists():
-        folder = folder.with_name("search")  # runs before the committed mode named it "search"
-    files = sorted(folder.glob("task_*.json"))
+    index = 0 if iteration == "base" else int(OmegaConf.load(layout.config).iterations)
+    files = sorted(layout.episodes(index, mode, legacy=True).glob(TASK_GLOB))
     return [json.loads(p.read_text()) for p in files] or None
 
 
 def trained_on(run_dir: Path, iteration: str) -> int | str:
     """How many training examples the evaluated policy was trained on ("-" for the base policy)."""
-    summary = run_dir / "summary.json"
+    summary = RunLayout(run_dir).summary
     if iteration == "base" or not summary.exists():
         return NOT_EVALUATED
     last = json.loads(summary.read_text())["iterations"][-1]
@@ -176,7 +180,7 @@ def table_rows(out: Path, methods=METHODS) -> list[dict]:
             continue
         success = [bool(e["trajectory"]["success"]) for e in episodes]
         reward = [float(e["trajectory"]["score"]) for e in episodes]
-        calls = [sum(e["stats"].get(k, 0) for k in ("policy_calls", "critic_calls", "judge_calls")) for e in episodes]
+        calls = [SearchStats.from_dict(e["stats"]).model_calls for e in episodes]
         s_lo, s_hi = wilson_interval(sum(success), len(success))
         r_lo, r_hi = bootstrap_interval(reward)
         rows.append(
@@ -201,7 +205,7 @@ def oracle_table_row(run_dir: Path) -> dict:
     """The scripted oracle on the goals and step budget the runs were evaluated on
     (``oracle.json``, written by the loop, see agentq.oracle): the protocol's ceiling."""
     entry = {"method": ORACLE_LABEL, "source": f"{run_dir.name}/oracle", "examples": NOT_EVALUATED}
-    path = run_dir / "oracle.json"
+    path = RunLayout(run_dir).oracle
     if not path.exists():
         return entry | {"tasks": 0}
     oracle = json.loads(path.read_text())
@@ -286,6 +290,10 @@ def main(argv: list[str] | None = None) -> None:
             parser.error(f"{METHODS[0].name} is needed: its run gives the base rows and the shared trees")
         methods = tuple(m for m in METHODS if m.name in chosen)
     if not args.table_only:
+        # The loop runs in this process, outside Hydra's job logging: the same console.
+        logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s",
+                            handlers=[StdoutHandler()])
+        quiet_libraries()
         run_methods(args.env, out, overrides, methods)
     print(write_table(out, "python -m agentq.compare " + shlex.join(argv), methods))
 

@@ -30,38 +30,36 @@ import torch
 from agentq.agent import episode as ep
 from agentq.agent.episode import run_episode
 from agentq.agent.policy import forget_prompts
-from agentq.data.buffer import ReplayBuffer, read_json, write_json
-from agentq.data.trajectory import Step, Trajectory
+from agentq.layout import RunLayout, read_json, write_json
 from agentq.parallel import for_each_task
+from agentq.records.trajectory import Step, Trajectory
+from agentq.records.tree import SearchStats
 from agentq.search.committed import committed_episode
 
-SEARCH_MODES = ("committed", "verifier")
-MODES = ("zero_shot", *SEARCH_MODES, "recovery")  # the folders under iter_XXX/eval/, in evaluation order
-
-Episode = Callable[[Any, torch.Generator], tuple[Trajectory, dict[str, float]]]
+Episode = Callable[[Any, torch.Generator], tuple[Trajectory, SearchStats]]
 
 
 def zero_shot(env: gym.Env, policy, *, max_steps: int, dense_reward: bool = False) -> Episode:
-    def episode(task_id: Any, generator: torch.Generator) -> tuple[Trajectory, dict[str, float]]:
+    def episode(task_id: Any, generator: torch.Generator) -> tuple[Trajectory, SearchStats]:
         forget_prompts(policy)  # an episode depends on its task, never on the one before
         before = getattr(policy, "num_calls", 0)
         trajectory = run_episode(env, policy, task_id, max_steps=max_steps, dense_reward=dense_reward)
-        return trajectory, {"policy_calls": getattr(policy, "num_calls", 0) - before}
+        return trajectory, SearchStats(policy_calls=getattr(policy, "num_calls", 0) - before)
 
     return episode
 
 
 def verifier(env: gym.Env, policy, critic, search) -> Episode:
-    def episode(task_id: Any, generator: torch.Generator) -> tuple[Trajectory, dict[str, float]]:
+    def episode(task_id: Any, generator: torch.Generator) -> tuple[Trajectory, SearchStats]:
         result = search(env, policy, critic, task_id=task_id, generator=generator)
         best = result.best or Trajectory(task_id=task_id, steps=[], reward=0.0, success=False)
-        return best, dict(result.stats)
+        return best, result.stats
 
     return episode
 
 
 def committed(env: gym.Env, policy, critic, judge, search, *, max_steps: int, dense_reward: bool = False) -> Episode:
-    def episode(task_id: Any, generator: torch.Generator) -> tuple[Trajectory, dict[str, float]]:
+    def episode(task_id: Any, generator: torch.Generator) -> tuple[Trajectory, SearchStats]:
         return committed_episode(
             env, policy, critic, judge, search,
             task_id=task_id, max_steps=max_steps, dense_reward=dense_reward, generator=generator,
@@ -86,7 +84,7 @@ def recovery(
     and the continuation, and the stats record ``prefix_steps``.
     """
 
-    def episode(task_id: Any, generator: torch.Generator) -> tuple[Trajectory, dict[str, float]]:
+    def episode(task_id: Any, generator: torch.Generator) -> tuple[Trajectory, SearchStats]:
         if task_id not in prefixes:
             raise KeyError(f"recovery: no failed prefix for task {task_id!r} (see failed_prefixes)")
         forget_prompts(policy)
@@ -106,7 +104,7 @@ def recovery(
             )
             steps += continuation
         trajectory = outcome.trajectory(task_id, steps, dense_reward=dense_reward, source="recovery")
-        stats = {"policy_calls": getattr(policy, "num_calls", 0) - before, "prefix_steps": prefix_steps}
+        stats = SearchStats(policy_calls=getattr(policy, "num_calls", 0) - before, prefix_steps=prefix_steps)
         return trajectory, stats
 
     return episode
@@ -140,7 +138,7 @@ def evaluate(
     episode: Episode,
     task_ids: Sequence[Any],
     *,
-    buffer: ReplayBuffer,
+    layout: RunLayout,
     iteration: int,
     mode: str,
     seed: int,
@@ -152,11 +150,11 @@ def evaluate(
     def run(task_id: Any) -> None:
         generator = torch.Generator().manual_seed(task_seed(seed, iteration, task_id, salt=1))
         trajectory, stats = episode(task_id, generator)
-        write_json(buffer.eval_path(iteration, mode, task_id), {"trajectory": trajectory.to_dict(), "stats": stats})
+        write_json(layout.episode(iteration, mode, task_id), {"trajectory": trajectory.to_dict(), "stats": stats.to_dict()})
 
-    todo = [t for t in task_ids if not buffer.eval_path(iteration, mode, t).exists()]
+    todo = [t for t in task_ids if not layout.episode(iteration, mode, t).exists()]
     for_each_task(run, todo, workers=workers, description=f"eval {mode} (iter {iteration})")
-    return aggregate([read_json(buffer.eval_path(iteration, mode, t)) for t in task_ids])
+    return aggregate([read_json(layout.episode(iteration, mode, t)) for t in task_ids])
 
 
 def aggregate(records: Sequence[dict]) -> dict[str, float]:
@@ -173,10 +171,12 @@ def aggregate(records: Sequence[dict]) -> dict[str, float]:
     # The papers' tables: success rate in %, WebShop's "score" = average reward x 100.
     metrics["success_pct"] = 100 * metrics["success_rate"]
     metrics["score"] = 100 * metrics["avg_reward"]
-    for key in ("policy_calls", "critic_calls", "judge_calls", "env_steps", "prefix_steps"):
-        values = [r["stats"].get(key) for r in records if key in r["stats"]]
-        if values:
-            metrics[f"avg_{key}"] = sum(values) / len(values)
+    # A counter no task spent is one the mode does not count (zero-shot's env steps): not reported.
+    stats = [SearchStats.from_dict(r["stats"]) for r in records]
+    for key in SearchStats.PER_TASK:
+        values = [getattr(s, key) for s in stats]
+        if any(values):
+            metrics[f"avg_{key}"] = sum(values) / n
     # Shares of the steps whose command was exact / rewritten / refused / missing / unchecked
     # (agentq.agent.grounding), over the steps that recorded one (not replayed prefixes, old files).
     from agentq.agent.grounding import grounding_shares

@@ -1,4 +1,4 @@
-"""The scripted oracle row of every evaluation (DESIGN §8).
+"""The scripted oracle row of every evaluation (docs/method.md §8).
 
 Each env package has a scripted solver, ``envs.<name>.oracle.play(env, task_id,
 max_steps) -> envs.OracleResult``. Here it plays exactly the evaluated goals
@@ -28,15 +28,14 @@ from typing import Any
 import gymnasium as gym
 from omegaconf import DictConfig, OmegaConf
 
-from agentq.data.buffer import read_json, write_json
 from agentq.intervals import wilson_interval
+from agentq.layout import read_json, write_json
 
 log = logging.getLogger(__name__)
 
 LABEL = "scripted oracle"
-MIN_SUCCESS = 0.95  # DESIGN §8: below this the evaluation protocol is wrong
+MIN_SUCCESS = 0.95  # docs/method.md §8: below this the evaluation protocol is wrong
 DEFAULT_CACHE_DIR = "~/.cache/agentq"
-FILE = "oracle.json"  # in the run directory
 
 
 def env_package(env_id: str) -> str:
@@ -51,10 +50,11 @@ def env_package(env_id: str) -> str:
 
 
 def _code_fingerprint(package: str) -> str:
-    """A hash of the env package's Python sources: a changed env or oracle is a new cache key."""
+    """A hash of the env package's sources and data files (WebShop's word tables are
+    JSON): a changed env or oracle is a new cache key."""
     folder = Path(importlib.import_module(package).__file__).parent
     digest = hashlib.sha256()
-    for path in sorted(folder.glob("*.py")):
+    for path in sorted([*folder.glob("*.py"), *folder.glob("*.json")]):
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:16]
 
@@ -150,10 +150,8 @@ def make_kwargs(cfg: DictConfig) -> dict[str, Any]:
     return OmegaConf.to_container(cfg.env.make, resolve=True)
 
 
-def write_oracle(
-    cfg: DictConfig, env: gym.Env, test_ids: Sequence[Any], run_dir: str | Path
-) -> dict[str, Any]:
-    """The oracle row of this run's evaluation, written to ``<run_dir>/oracle.json``."""
+def write_oracle(cfg: DictConfig, env: gym.Env, test_ids: Sequence[Any], path: Path) -> dict[str, Any]:
+    """The oracle row of this run's evaluation, written to ``path`` (``RunLayout.oracle``)."""
     row = oracle_row(
         env,
         make_kwargs(cfg),
@@ -162,7 +160,7 @@ def write_oracle(
         max_steps=cfg.eval.max_steps,
         cache_dir=cache_dir_of(cfg),
     )
-    write_json(Path(run_dir) / FILE, row)
+    write_json(path, row)
     message = (
         f"{LABEL}: {row['success_rate']:.0%} of {row['num_tasks']} {row['split']} tasks "
         f"in {row['max_steps']} steps (avg reward {row['avg_reward']:.3f})"

@@ -3,7 +3,7 @@
 Decoding a small model on a CPU is bound by per-token overhead, not by the
 cores: SmolLM2-135M decodes at ~70 ms/token with one thread or two, so two
 single-thread processes do nearly twice the work of one two-thread process
-(README, "Measured"). Tasks are independent (each draws from its own seeded
+(docs/scaling.md, "Parallel task workers"). Tasks are independent (each draws from its own seeded
 generator, see ``evaluate.task_seed``) and each writes its own result file, so
 workers need nothing but a shared counter: they are forked after the model is
 loaded (copy-on-write, no second load), take the next unfinished task until
@@ -13,7 +13,7 @@ so a killed run resumes from whatever the workers finished.
 Forking copies the environment object too, which is only sound for
 environments that live in this process (WebShop, TextCraft): a JVM
 (ScienceWorld) or browser (OpenTable) connection cannot be shared, so those
-declare ``forkable = False`` and are refused (``loop.build``).
+declare ``forkable = False`` and are refused (``components.make_env``).
 """
 
 from __future__ import annotations
@@ -26,20 +26,25 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from rich.progress import Progress
+
+from agentq.console import phase
 
 
-def for_each_task(fn: Callable[[Any], None], task_ids: Sequence[Any], *, workers: int, description: str) -> None:
+def for_each_task(
+    fn: Callable[[Any], None], task_ids: Sequence[Any], *, workers: int, description: str, unit: str = "episodes"
+) -> None:
     """Call ``fn(task_id)`` for every task; with ``workers > 1`` in that many forked processes.
 
     ``fn`` must leave its result on disk: nothing is returned from the workers.
+    One progress bar (and one summary line with the rate in ``unit``/min) per call.
     Raises RuntimeError if a worker failed (the tasks others finished are kept).
     """
     workers = min(workers, len(task_ids))
     if workers <= 1:
-        with Progress(transient=True) as progress:
-            for task_id in progress.track(task_ids, description=description):
+        with phase(description, total=len(task_ids), unit=unit) as advance:
+            for task_id in task_ids:
                 fn(task_id)
+                advance(1)
         return
     ctx = mp.get_context("fork")
     next_task, done = ctx.Value("i", 0), ctx.Value("i", 0)
@@ -51,11 +56,14 @@ def for_each_task(fn: Callable[[Any], None], task_ids: Sequence[Any], *, workers
     for p in processes:
         p.start()
     try:
-        with Progress(transient=True) as progress:
-            bar = progress.add_task(description, total=len(task_ids))
-            while any(p.is_alive() for p in processes):
-                progress.update(bar, completed=done.value)
+        with phase(description, total=len(task_ids), unit=unit) as advance:
+            shown = 0
+            while shown < len(task_ids) and any(p.is_alive() for p in processes):
                 time.sleep(0.5)
+                now = done.value
+                advance(now - shown)
+                shown = now
+            advance(done.value - shown)
     finally:
         for p in processes:  # on KeyboardInterrupt too: no orphan keeps writing
             if p.is_alive():

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from agentq.data.buffer import ReplayBuffer
-from agentq.search.tree import SearchResult
+from agentq.records.tree import SearchResult
 
 TREE_COLUMNS = ["task", "node", "parent", "depth", "command", "q", "q_mcts", "visits", "critic_score"]
 TREE_COLUMNS += ["reward", "terminal", "success"]
@@ -51,7 +51,6 @@ def log_iteration(loggers: Sequence[Any], buffer: ReplayBuffer, iteration: int) 
 
     from agentq.report.tree_render import render_tree_svg
 
-    folder = buffer.iteration_dir(iteration)
     results = buffer.searches(iteration)
     largest = max(results, key=lambda r: len(r.tree.nodes), default=None)
     for run in runs:
@@ -62,12 +61,12 @@ def log_iteration(loggers: Sequence[Any], buffer: ReplayBuffer, iteration: int) 
             if largest is not None:
                 logged["search/largest_tree"] = wandb.Html(render_tree_svg(largest.tree.to_dict()))
             run.log(logged)
-        examples = folder / "examples.jsonl"
+        examples = buffer.layout.examples(iteration)
         if examples.exists():
             artifact = wandb.Artifact(f"examples-iter{iteration}", type="dataset", metadata={"iteration": iteration})
             artifact.add_file(str(examples))
             run.log_artifact(artifact)
-        adapter = buffer.adapter_dir(iteration)
+        adapter = buffer.layout.adapter(iteration)
         if adapter.exists():
             artifact = wandb.Artifact(f"adapter-iter{iteration}", type="model", metadata={"iteration": iteration})
             artifact.add_dir(str(adapter))

@@ -1,6 +1,6 @@
 """Checks of a composed run config that need no weights (issue 14 §5).
 
-:func:`agentq.loop.build` runs them before it loads anything, so a bad value
+:func:`agentq.components.build` runs them before it loads anything, so a bad value
 fails in seconds with a message naming its key instead of after the base
 evaluation and the collection:
 
@@ -36,7 +36,6 @@ import difflib
 import functools
 import inspect
 import logging
-import math
 import sys
 import types
 import typing
@@ -46,6 +45,10 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+
+from agentq.checks import is_int, is_number, require_bool, require_int
+from agentq.layout import RunLayout
+from agentq.modes import ZERO_SHOT
 
 # Hydra's own keys in a node with a ``_target_``.
 HYDRA_KEYS = frozenset({"_target_", "_partial_", "_convert_", "_recursive_", "_args_"})
@@ -219,27 +222,6 @@ def check_targets(node: Any, key: str) -> None:
 # ---------------------------------------------------------------- scalar rules
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def require_int(key: str, value: Any, minimum: int, *, none_ok: bool = False, maximum: int | None = None) -> None:
-    if none_ok and value is None:
-        return
-    if not _is_int(value) or value < minimum or (maximum is not None and value > maximum):
-        bound = f"in [{minimum}, {maximum}]" if maximum is not None else f">= {minimum}"
-        raise ValueError(f"{key} must be an integer {bound}{' or null' if none_ok else ''}, got {value!r}")
-
-
-def require_bool(key: str, value: Any) -> None:
-    if not isinstance(value, bool):
-        raise ValueError(f"{key} must be true or false, got {value!r}")
-
-
 def check_loop_keys(cfg: DictConfig) -> None:
     """The top-level keys of conf/config.yaml that the loop reads itself."""
     select = functools.partial(OmegaConf.select, cfg)
@@ -257,7 +239,7 @@ def check_loop_keys(cfg: DictConfig) -> None:
             raise ValueError(f"{key} must be the name of one of the env's splits, got {select(key)!r}")
     if select("eval.recovery"):
         fraction = select("eval.recovery_fraction")
-        if not _is_number(fraction) or not 0.0 < fraction <= 1.0:
+        if not is_number(fraction) or not 0.0 < fraction <= 1.0:
             raise ValueError(f"eval.recovery_fraction must be in (0, 1], got {fraction!r}")
         source = select("eval.recovery_from")
         if source is None and not (select("eval.base") and select("eval.zero_shot")):
@@ -270,7 +252,7 @@ def check_loop_keys(cfg: DictConfig) -> None:
 
 
 def _int_or(value: Any, default: int) -> int:
-    return value if _is_int(value) else default
+    return value if is_int(value) else default
 
 
 def check_env_keys(cfg: DictConfig, env) -> None:
@@ -284,11 +266,9 @@ def check_env_keys(cfg: DictConfig, env) -> None:
             raise ValueError(f"{key}={split!r}: {e}") from e
     source = cfg.eval.get("recovery_from")
     if cfg.eval.get("recovery") and source:
-        from agentq.data.buffer import ReplayBuffer
-
         test_ids = list(env.unwrapped.task_ids(cfg.eval.split))[: cfg.eval.num_tasks]
-        buffer = ReplayBuffer(source)
-        missing = [t for t in test_ids if not buffer.eval_path(0, "zero_shot", t).exists()]
+        layout = RunLayout(source)
+        missing = [t for t in test_ids if not layout.episode(0, ZERO_SHOT, t).exists()]
         if missing:
             raise ValueError(
                 f"eval.recovery_from={source!r} has no iteration-0 zero-shot episode of "
@@ -304,7 +284,7 @@ FIT_SETS = ("logger", "callbacks", "default_root_dir", "enable_model_summary")
 TRAINER_NODES = ("optimizer", "lora", "lightning")
 # fit arguments the loop supplies itself (not trainer.* keys).
 LOOP_SUPPLIES = ("model", "tokenizer", "examples", "objective", "out_dir", "loggers", "seed")
-# The trainer.* keys loop._improve reads (a missing one would fail after collection).
+# The trainer.* keys components.training reads (checked here for a message naming the key).
 LOOP_READS = (
     "optimizer", "lora", "lightning", "batch_size", "max_prompt_tokens", "use_logged_reference",
     "checkpoint_every_n_steps", "gradient_checkpointing", "shared_prefix",
@@ -332,7 +312,7 @@ def check_trainer(cfg: DictConfig, *, kind: str | None) -> None:
     ``kind`` is the objective's (``preference`` or ``sft``). The Trainer itself is
     constructed only when ``cfg.iterations > 0`` (an evaluation-only run never
     trains, and may be composed on a machine without the trainer's GPUs)."""
-    from agentq.training.fit import fit
+    from agentq.training.fit import check_shared_prefix, fit
 
     trainer = OmegaConf.to_container(cfg.trainer, resolve=True)
     if not isinstance(trainer, dict):
@@ -352,10 +332,9 @@ def check_trainer(cfg: DictConfig, *, kind: str | None) -> None:
     require_int("trainer.batch_size", trainer["batch_size"], 1)
     require_int("trainer.max_prompt_tokens", trainer["max_prompt_tokens"], 16)
     require_int("trainer.checkpoint_every_n_steps", trainer["checkpoint_every_n_steps"], 0)
-    if kind == "preference" and trainer["gradient_checkpointing"] and trainer["shared_prefix"]:
-        raise ValueError(
-            "trainer.shared_prefix needs the prompt's KV cache, which gradient checkpointing "
-            "turns off: set trainer.gradient_checkpointing=false or trainer.shared_prefix=false"
+    if kind is not None:
+        check_shared_prefix(
+            kind, gradient_checkpointing=trainer["gradient_checkpointing"], shared_prefix=trainer["shared_prefix"]
         )
     check_optimizer(cfg.trainer.optimizer)
     check_lora(cfg.trainer.lora)
@@ -392,10 +371,10 @@ def check_lora(node: DictConfig) -> None:
     r = getattr(lora, "r", None)
     require_int("trainer.lora.r", r, 1)
     alpha = getattr(lora, "lora_alpha", None)
-    if not _is_number(alpha) or alpha <= 0:
+    if not is_number(alpha) or alpha <= 0:
         raise ValueError(f"trainer.lora.lora_alpha must be a number > 0, got {alpha!r}")
     dropout = getattr(lora, "lora_dropout", 0.0)
-    if not _is_number(dropout) or not 0.0 <= dropout < 1.0:
+    if not is_number(dropout) or not 0.0 <= dropout < 1.0:
         raise ValueError(f"trainer.lora.lora_dropout must be in [0, 1), got {dropout!r}")
     if getattr(lora, "target_modules", None) in ([], (), set(), ""):
         raise ValueError("trainer.lora.target_modules is empty: name the modules to adapt, e.g. [q_proj, v_proj]")
@@ -428,15 +407,15 @@ def check_lightning(
         value = lightning.get(name)
         if value is None:
             continue
-        if isinstance(value, float) and not 0.0 <= value <= 1.0 or _is_int(value) and value < 0:
+        if isinstance(value, float) and not 0.0 <= value <= 1.0 or is_int(value) and value < 0:
             raise ValueError(f"{key}.{name} must be a fraction in [0, 1] or a number of batches >= 0, got {value!r}")
     clip = lightning.get("gradient_clip_val")
-    if clip is not None and (not _is_number(clip) or clip < 0):
+    if clip is not None and (not is_number(clip) or clip < 0):
         raise ValueError(f"{key}.gradient_clip_val must be a number >= 0 or null, got {clip!r}")
     devices = lightning.get("devices", "auto")
-    if _is_int(devices) and devices != -1 and devices < 1:
+    if is_int(devices) and devices != -1 and devices < 1:
         raise ValueError(f"{key}.devices must be >= 1, -1 (all), a list of indices or 'auto', got {devices!r}")
-    if isinstance(devices, list) and (not devices or not all(_is_int(d) and d >= 0 for d in devices)):
+    if isinstance(devices, list) and (not devices or not all(is_int(d) and d >= 0 for d in devices)):
         raise ValueError(f"{key}.devices as a list must hold device indices >= 0, got {devices!r}")
     if construct:
         construct_trainer(lightning, threads=threads, checkpoint_every_n_steps=checkpoint_every_n_steps)
@@ -530,7 +509,7 @@ def check_config(cfg: DictConfig) -> None:
 
 
 def check_loggers(cfg: DictConfig) -> None:
-    """``logger.<name>`` configs (any may be null), as ``loop.make_loggers`` builds them."""
+    """``logger.<name>`` configs (any may be null), as ``bookkeeping.make_loggers`` builds them."""
     for name, spec in (cfg.logger or {}).items():
         if spec is None:
             continue

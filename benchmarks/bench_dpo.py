@@ -61,7 +61,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
-from agentq.agent.prompt import Messages
+from agentq.records.history import Messages
 from benchmarks.common import add_model_argument, cli, load_model
 
 REPO = Path(__file__).resolve().parents[1]

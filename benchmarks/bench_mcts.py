@@ -38,8 +38,8 @@ import torch
 import transformers
 from hydra import compose, initialize_config_dir
 
+from agentq.components import build
 from agentq.evaluate import task_seed
-from agentq.loop import build
 from agentq.models.prefix_cache import PrefixCache
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
@@ -146,10 +146,10 @@ def run(args: argparse.Namespace) -> dict:
             figures[mode]["seconds"] += time.perf_counter() - t0
             figures[mode]["cpu_seconds"] += time.process_time() - cpu0
             for key in ("simulations", "policy_calls", "critic_calls"):
-                figures[mode][key] += result.stats[key]
+                figures[mode][key] += getattr(result.stats, key)
             signatures[mode].append(signature(result))
             print(  # progress, and the figures so far should the run be cut short
-                f"task {task_id}, {mode}: {result.stats['simulations']} simulations, "
+                f"task {task_id}, {mode}: {result.stats.simulations} simulations, "
                 f"{time.perf_counter() - t0:.0f} s, {time.process_time() - cpu0:.0f} CPU s; so far "
                 f"policy prompt tokens computed / reused {policy.prefix_cache.computed_tokens} / "
                 f"{policy.prefix_cache.reused_tokens}, critic {critic.prefix_cache.computed_tokens} / "

@@ -185,7 +185,7 @@ def merge_fidelity(peft_model) -> dict[str, float]:
 def training(args: argparse.Namespace, tokenizer, pairs_prompts) -> dict[str, Any]:
     """Our DPO step on fp32 and bf16 models, interleaved; then one Lightning fit in bf16."""
     from agentq.agent.policy import encode_chat
-    from agentq.data.pairs import StepPair
+    from agentq.records.examples import StepPair
     from agentq.training.data import TokenizedPreference, collate_preferences
     from agentq.training.fit import fit
 

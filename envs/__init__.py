@@ -1,5 +1,10 @@
 """Environments, one package each, registered with Gymnasium on import.
 
+What agentq needs from an env (task splits, the ``reset`` options, the
+``info`` keys, ``forkable``, optional snapshots) is declared once in
+:mod:`envs.contract` (:class:`~envs.contract.AgentEnv`, checked by
+:func:`~envs.contract.check_contract`).
+
 Each package also has a scripted oracle, ``envs.<name>.oracle.play(env,
 task_id, max_steps) -> OracleResult``: it plays one task in a Gymnasium env
 made from the config, within ``max_steps`` steps, using what the agent sees
@@ -7,19 +12,9 @@ made from the config, within ``max_steps`` steps, using what the agent sees
 into the oracle row of every evaluation.
 """
 
-import operator
-from collections.abc import Sequence
-from typing import Any, NamedTuple
-
 import gymnasium
 
-
-class OracleResult(NamedTuple):
-    """One oracle episode: success, the env's score in [0, 1], steps taken."""
-
-    success: bool
-    score: float
-    steps: int
+from envs.contract import AgentEnv, OracleResult, check_contract, choose_task, task_index
 
 
 def register(env_id: str, entry_point: str) -> None:
@@ -30,12 +25,4 @@ def register(env_id: str, entry_point: str) -> None:
         gymnasium.register(id=env_id, entry_point=entry_point, max_episode_steps=None)
 
 
-def choose_task(env: gymnasium.Env, options: dict[str, Any] | None, num_tasks: int, train: Sequence[int]) -> int:
-    """The task ``reset`` plays: ``options["task_id"]`` (an int in ``[0, num_tasks)``),
-    or else a train task drawn with the env's seeded ``np_random``."""
-    if options is not None and options.get("task_id") is not None:
-        task_id = operator.index(options["task_id"])
-        if not 0 <= task_id < num_tasks:
-            raise ValueError(f"task_id must be in [0, {num_tasks}), got {task_id}")
-        return task_id
-    return int(train[int(env.np_random.integers(len(train)))])
+__all__ = ["AgentEnv", "OracleResult", "check_contract", "choose_task", "register", "task_index"]

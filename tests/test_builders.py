@@ -6,13 +6,13 @@ import pytest
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from agentq.agent.prompt import History
-from agentq.data.examples import TrajectoryPair
-from agentq.data.revision import DEFAULT_REVISION_THOUGHTS, RevisionBuilder
 from agentq.data.successes import SuccessfulTrajectories
-from agentq.data.trajectory import Step, Trajectory
 from agentq.data.trajectory_pairs import TrajectoryPairBuilder
-from agentq.search.tree import Node, SearchResult, Tree
+from agentq.records.examples import TrajectoryPair
+from agentq.records.history import History
+from agentq.records.trajectory import Step, Trajectory
+from agentq.records.tree import Node, SearchResult, Tree
+from agentq.search.revision import DEFAULT_REVISION_THOUGHTS, RevisionBuilder
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "pairs"
 

@@ -3,10 +3,10 @@ reaches, executes one action per real step, and never sees the env's reward."""
 
 import pytest
 
-from agentq.agent.prompt import History
+from agentq.records.history import History
+from agentq.records.tree import Node, SearchResult, SearchStats, Tree
 from agentq.search.committed import chosen_edge, committed_episode
 from agentq.search.mcts import MCTS
-from agentq.search.tree import Node, SearchResult, Tree
 from tests.toy import ScriptedPolicy, SnapshotThreeWayToyEnv, ThreeWayToyEnv, path_key
 
 
@@ -50,7 +50,7 @@ def test_committed_acts_on_the_judge_not_the_env_reward(env_cls):
     # Blind to the reward, the agent follows the judge into c, and fails.
     assert [s.command for s in trajectory.steps] == ["c", "a", "a"]
     assert not trajectory.success and trajectory.reward == 0.0 and trajectory.source == "committed"
-    assert stats["searches"] == 3 and stats["judge_calls"] > 0
+    assert stats.searches == 3 and stats.judge_calls > 0
     # The trajectory is what the agent did: each step's observation is the env's answer
     # to the committed commands, replayed from a reset.
     env.reset(options={"task_id": 2})
@@ -85,7 +85,7 @@ def test_the_lookahead_never_passes_the_episode_budget():
     assert len(trajectory.steps) == 3  # max_steps
     # Search steps: each step's search looks at most max_steps - t ahead (3, 2, 1) from its
     # root; the real steps and the replays of the committed prefix come on top.
-    assert stats["env_steps"] > 3
+    assert stats.env_steps > 3
 
 
 def test_chosen_edge_is_the_most_visited_then_the_higher_q_then_the_first():
@@ -94,11 +94,11 @@ def test_chosen_edge_is_the_most_visited_then_the_higher_q_then_the_first():
     for visits, q_mcts, critic in ((2, 0.0, 0.0), (3, 0.0, 0.0), (3, 0.0, 1.0), (3, 0.0, 1.0)):
         child = tree.add(Node(id=-1, parent=root.id, depth=1, history=root.history, critic_score=critic))
         child.visits, child.q_mcts = visits, q_mcts
-    assert chosen_edge(SearchResult(tree=tree, trajectories=[], best=None, stats={})).id == 3
+    assert chosen_edge(SearchResult(tree=tree, trajectories=[], best=None)).id == 3
     empty = Tree(task_id=0, alpha=0.5)
     empty.add(Node(id=0, parent=None, depth=0, history=History("At start")))
     with pytest.raises(RuntimeError, match="no action"):
-        chosen_edge(SearchResult(tree=empty, trajectories=[], best=None, stats={}))
+        chosen_edge(SearchResult(tree=empty, trajectories=[], best=None))
 
 
 @pytest.mark.parametrize(
@@ -113,11 +113,10 @@ def test_chosen_edge_is_the_most_visited_then_the_higher_q_then_the_first():
 def test_search_modes_default_to_what_the_search_supports(make_cfg, overrides, modes):
     from hydra.utils import instantiate
 
-    from agentq.loop import check_search_modes, search_modes
+    from agentq.components import search_modes
 
     cfg = make_cfg("+experiment=smoke", *overrides)
     search = instantiate(cfg.search)
-    check_search_modes(cfg, search)
     assert search_modes(cfg, search) == modes
 
 
@@ -132,7 +131,21 @@ def test_search_modes_default_to_what_the_search_supports(make_cfg, overrides, m
     ],
 )
 def test_bad_search_modes_are_refused_before_any_model_loads(make_cfg, overrides, message):
-    from agentq.loop import build
+    from agentq.components import build
 
     with pytest.raises(Exception, match=message):
         build(make_cfg("+experiment=smoke", *overrides))
+
+
+def test_search_stats_sum_and_read_files_written_before():
+    a = SearchStats(policy_calls=2, critic_calls=1, env_steps=3)
+    b = SearchStats(policy_calls=1, judge_calls=4, restores=2)
+    total = a + b
+    assert total == SearchStats(policy_calls=3, critic_calls=1, judge_calls=4, env_steps=3, restores=2)
+    assert a == SearchStats(policy_calls=2, critic_calls=1, env_steps=3)  # + leaves its operands alone
+    assert total.model_calls == 8
+    # An old file's counters: the missing ones are 0; an unknown one is an error, not a silent 0.
+    assert SearchStats.from_dict({"policy_calls": 40, "searches": 3}) == SearchStats(policy_calls=40, searches=3)
+    assert SearchStats.from_dict(total.to_dict()) == total
+    with pytest.raises(ValueError, match="unknown counters \\['policy_call'\\]"):
+        SearchStats.from_dict({"policy_call": 1})

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from agentq import compare
+from agentq.modes import COMMITTED, HOW_PICKED, VERIFIER
 
 
 def test_wilson_interval_known_values():
@@ -46,11 +47,11 @@ def test_table_rows_come_from_the_evaluation_files(tmp_path):
     rows = {r["method"]: r for r in compare.table_rows(tmp_path)}
     assert rows["base"]["success_pct"] == 50.0 and rows["base"]["avg_reward"] == 0.5
     assert rows["base"]["model_calls"] == 5.0 and rows["base"]["tasks"] == 2
-    verifier = rows[f"Agent Q + MCTS ({compare.VERIFIER})"]
+    verifier = rows[f"Agent Q + MCTS ({HOW_PICKED[VERIFIER]})"]
     assert verifier["success_pct"] == 100.0 and verifier["avg_reward"] == 0.75
-    committed = rows[f"Agent Q + MCTS ({compare.COMMITTED})"]
+    committed = rows[f"Agent Q + MCTS ({HOW_PICKED[COMMITTED]})"]
     assert committed["success_pct"] == 0.0 and committed["avg_reward"] == 0.25 and committed["tasks"] == 1
-    assert "best rollout by the env's reward" in compare.VERIFIER and "no env reward" in compare.COMMITTED
+    assert "best rollout by the env's reward" in HOW_PICKED[VERIFIER] and "no env reward" in HOW_PICKED[COMMITTED]
     assert rows["RFT"]["tasks"] == 0 and rows["Agent-R (zero-shot)"]["tasks"] == 0  # not evaluated / no run
     markdown = compare.to_markdown(list(rows.values()))
     assert "| base | 50.0 [" in markdown and "| RFT | - | - | 0 | - | - |" in markdown

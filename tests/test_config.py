@@ -10,7 +10,7 @@ import pytest
 import transformers
 from hydra.errors import HydraException, InstantiationException
 
-from agentq.loop import build
+from agentq.components import build
 from tests.conftest import CONF, ROOT
 
 GROUPS = ["model", "env", "agent", "search", "critic", "objective", "pairs", "trainer", "logger", "paths"]
@@ -100,7 +100,7 @@ def expected_to_run(search: str, objective: str) -> bool:
 @pytest.mark.parametrize("search", SEARCHES)
 @pytest.mark.parametrize("objective", OBJECTIVES)
 def test_search_objective_matrix_runs_or_refuses_clearly(make_cfg, no_weights, search, objective):
-    from agentq.loop import IncompatibleConfig
+    from agentq.components import IncompatibleConfig
 
     cfg = make_cfg("+experiment=smoke", f"search={search}", f"objective={objective}")
     if expected_to_run(search, objective):
@@ -112,21 +112,21 @@ def test_search_objective_matrix_runs_or_refuses_clearly(make_cfg, no_weights, s
 
 @pytest.mark.parametrize("search, critic", [("mcts", "llm_value"), ("tot_bfs", "llm_rank"), ("tot_dfs", "llm_rank")])
 def test_a_search_with_the_wrong_kind_of_critic_is_refused(make_cfg, no_weights, search, critic):
-    from agentq.loop import IncompatibleConfig
+    from agentq.components import IncompatibleConfig
 
     with pytest.raises(IncompatibleConfig, match="critic"):
         build(make_cfg("+experiment=smoke", f"search={search}", f"critic={critic}"))
 
 
 def test_an_objective_on_the_wrong_kind_of_examples_is_refused(make_cfg, no_weights):
-    from agentq.loop import IncompatibleConfig
+    from agentq.components import IncompatibleConfig
 
     with pytest.raises(IncompatibleConfig, match="sft examples"):
         build(make_cfg("+experiment=smoke", "objective=sft", "pairs=step"))
 
 
 def test_mcts_eval_budget_with_another_search_is_refused(make_cfg, no_weights):
-    from agentq.loop import IncompatibleConfig
+    from agentq.components import IncompatibleConfig
 
     with pytest.raises(IncompatibleConfig, match="eval.num_simulations"):
         build(make_cfg("+experiment=smoke", "search=tot_bfs", "eval.num_simulations=2"))

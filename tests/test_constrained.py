@@ -1,4 +1,4 @@
-"""Constrained decoding of the COMMAND field (agentq.models.constrained).
+"""Constrained decoding of the COMMAND field (agentq.agent.constrained).
 
 The tiny random model writes random tokens: it never writes ``COMMAND:`` on
 its own, so these tests exercise the budget forcing, the trie over listed
@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from agentq.agent.action import parse_composite
+from agentq.agent.constrained import CommandConstraint, TokenTable
 from agentq.agent.grounding import Grounder
 from agentq.models import TinyRandomModel, completion_logprobs, sample_k
-from agentq.models.constrained import CommandConstraint, TokenTable
 from agentq.models.sampling import Sample
 
 RESULTS_PAGE = ["click[Back to Search]", "click[Next >]", "click[B08H6TFG8S]", "click[B0L2UU1J61]"]

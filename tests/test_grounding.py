@@ -12,13 +12,15 @@ from hydra.utils import instantiate
 
 from agentq.agent import episode
 from agentq.agent.action import parse_composite
-from agentq.agent.grounding import GROUNDINGS, Grounded, Grounder, grounding_shares
-from agentq.agent.policy import Candidate, LLMPolicy, Sampling
-from agentq.agent.prompt import History, PromptBuilder
-from agentq.data.trajectory import Step, Trajectory
+from agentq.agent.grounding import Grounded, Grounder, grounding_shares
+from agentq.agent.policy import LLMPolicy, Sampling
+from agentq.agent.prompt import PromptBuilder
 from agentq.evaluate import aggregate
+from agentq.records.action import GROUNDINGS, Candidate
+from agentq.records.history import History
+from agentq.records.trajectory import Step, Trajectory
+from agentq.records.tree import Node, Tree
 from agentq.search.position import child_node, path_steps
-from agentq.search.tree import Node, Tree
 from envs.textcraft.env import TextCraftEnv
 from envs.webshop.env import WebShopEnv
 from tests.test_webshop_env import CATALOGUE

@@ -53,8 +53,8 @@ def test_smoke_loop_trains_the_adapter_only(make_cfg, tmp_path):
 
 
 def test_training_changes_lora_and_not_base(tmp_path):
-    from agentq.data.pairs import StepPair
     from agentq.models.loading import TinyRandomModel
+    from agentq.records.examples import StepPair
 
     model, tokenizer = TinyRandomModel().load()
     base_before = {k: v.clone() for k, v in model.state_dict().items()}
@@ -189,7 +189,7 @@ def assert_same(a, b, where: str) -> None:
 
 
 def test_workers_refused_for_an_env_in_another_process(make_cfg):
-    from agentq.loop import IncompatibleConfig, build
+    from agentq.components import IncompatibleConfig, build
 
     cfg = make_cfg("+experiment=smoke", "workers=2", "env=sciworld")
     with pytest.raises(IncompatibleConfig, match="workers=1"):
@@ -229,7 +229,7 @@ def test_critic_model_refuses_unknown_values(make_cfg):
 
 
 def test_training_a_16_bit_model_is_refused(make_cfg):
-    from agentq.loop import IncompatibleConfig, build
+    from agentq.components import IncompatibleConfig, build
 
     with pytest.raises(IncompatibleConfig, match="model.dtype=bfloat16 would merge"):
         build(make_cfg("+experiment=smoke", "+model.dtype=bfloat16"))

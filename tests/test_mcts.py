@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from agentq.search.mcts import MCTS
-from agentq.search.tree import Tree, ucb_score
+from agentq.records.tree import Tree
+from agentq.search.mcts import MCTS, ucb_score
 from tests.toy import ScriptedCritic, ScriptedPolicy, SnapshotToyEnv, ToyEnv
 
 
@@ -55,7 +55,7 @@ def test_hand_worked_tree():
     assert len(result.trajectories) == 4
     assert [t.reward for t in result.trajectories] == [1.0, 1.0, 1.0, 0.0]
     assert [s.command for s in result.best.steps] == ["right", "left"]
-    assert result.stats["simulations"] == 4
+    assert result.stats.simulations == 4
 
 
 def test_low_exploration_never_tries_left():
@@ -171,7 +171,7 @@ def test_uct_never_asks_the_critic_and_values_by_the_env_reward():
     critic = _CountingCritic()
     uct = MCTS(num_simulations=6, num_actions=2, max_depth=2, alpha=1.0, use_critic=False)
     result = uct(SnapshotToyEnv(), ScriptedPolicy(), critic, task_id=0)
-    assert critic.calls == 0 and result.stats["critic_calls"] == 0
+    assert critic.calls == 0 and result.stats.critic_calls == 0
     nodes = result.tree.nodes[1:]
     assert nodes and all(n.critic_score == 0.0 for n in nodes)
     # New children go in the policy's order (left first), then UCB1 on Q_mcts finds right/left.

@@ -1,10 +1,10 @@
-"""Step pairs from a hand-made tree (Agent Q, DESIGN §4)."""
+"""Step pairs from a hand-made tree (Agent Q, docs/method.md §4)."""
 
 import pytest
 
-from agentq.agent.prompt import History
 from agentq.data.pairs import StepPairBuilder
-from agentq.search.tree import Node, Tree
+from agentq.records.history import History
+from agentq.records.tree import Node, Tree
 
 
 def hand_tree() -> Tree:

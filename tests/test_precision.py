@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from agentq.agent.policy import eos_token_ids
-from agentq.data.pairs import StepPair
 from agentq.models import TinyRandomModel, completion_logprobs, pad_pairs, pair_logprobs, sample_k
+from agentq.records.examples import StepPair
 from tests.conftest import fit_tiny_dpo
 
 MESSAGES = [

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agentq.agent.prompt import History
 from agentq.critic.ranking import LLMRankingCritic
 from agentq.models import TinyRandomModel, sample_k
 from agentq.models.prefix_cache import PrefixCache
+from agentq.records.history import History
 
 
 @pytest.fixture(scope="module")
@@ -187,7 +187,7 @@ def test_another_model_clears_the_tree(tiny):
 
 
 def test_ranking_critic_ranks_as_without_the_cache(tiny):
-    from agentq.agent.policy import Candidate
+    from agentq.records.action import Candidate
 
     model, tokenizer = tiny
     history = History(

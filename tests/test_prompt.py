@@ -1,6 +1,7 @@
 """The history h_t = (a_1..a_{t-1}, o_t) as chat messages."""
 
-from agentq.agent.prompt import History, PromptBuilder
+from agentq.agent.prompt import PromptBuilder
+from agentq.records.history import History
 
 
 def test_history_keeps_actions_and_only_the_current_observation():

@@ -1,4 +1,4 @@
-"""The evaluation protocol (DESIGN §8): every committed experiment evaluates goals and a
+"""The evaluation protocol (docs/method.md §8): every committed experiment evaluates goals and a
 step budget under which the scripted oracle succeeds >= 95%; the oracle row is cached and
 reaches summary.json. Starts the ScienceWorld JVM and the OpenTable browser (about 20 s,
 once per session thanks to the cache)."""
@@ -11,8 +11,9 @@ import pytest
 from hydra.utils import instantiate
 
 from agentq import oracle
+from agentq.bookkeeping import write_summary
 from agentq.data.buffer import ReplayBuffer
-from agentq.loop import write_summary
+from agentq.layout import RunLayout
 from envs.textcraft import ENV_ID, TextCraftEnv
 from tests.conftest import CONF
 
@@ -103,9 +104,9 @@ def test_the_oracle_row_reaches_the_summary(make_cfg, tmp_path):
     env = instantiate(cfg.env.make)
     test_ids = env.unwrapped.task_ids(cfg.eval.split)[: cfg.eval.num_tasks]
     run_dir = tmp_path / "run"
-    oracle.write_oracle(cfg, env, test_ids, run_dir)
+    oracle.write_oracle(cfg, env, test_ids, RunLayout(run_dir).oracle)
     assert list((tmp_path / "cache" / "oracle").glob("*.json"))  # under paths.cache_dir
-    summary = write_summary(cfg, ReplayBuffer(run_dir), run_dir, wall_seconds=1.0)
+    summary = write_summary(RunLayout(run_dir), ReplayBuffer(RunLayout(run_dir)), cfg.iterations, wall_seconds=1.0)
     entry = summary["oracle"]
     assert entry["policy"] == "scripted oracle" and entry["env"] == cfg.env.make.id
     assert (entry["split"], entry["max_steps"], entry["num_tasks"]) == ("test", 40, 3)

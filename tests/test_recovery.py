@@ -9,7 +9,8 @@ import torch
 
 from agentq import evaluate as ev
 from agentq.agent.episode import run_episode
-from agentq.data.trajectory import Step, Trajectory
+from agentq.records.trajectory import Step, Trajectory
+from agentq.records.tree import SearchStats
 from tests.toy import TablePolicy, ToyEnv
 
 TABLE = {"": [("left", -0.1)], "left": [("left", -0.1)], "right": [("left", -0.1)]}
@@ -43,13 +44,13 @@ def test_zero_shot_fails_but_a_right_prefix_recovers():
         trajectory.steps[0].action == "COMMAND: right"
         and trajectory.steps[0].observation == "At right"
     )
-    assert stats == {"policy_calls": 1, "prefix_steps": 1} and policy.num_calls == 1
+    assert stats == SearchStats(policy_calls=1, prefix_steps=1) and policy.num_calls == 1
 
 
 def test_a_left_prefix_cannot_recover():
     (trajectory, stats), _ = run({0: failed(0, ["left", "right"]).steps[:1]}, 0)
     assert not trajectory.success and [s.command for s in trajectory.steps] == ["left", "left"]
-    assert stats["prefix_steps"] == 1
+    assert stats.prefix_steps == 1
 
 
 def test_history_after_the_replay_lists_the_prefix_actions():
@@ -71,7 +72,7 @@ def test_history_after_the_replay_lists_the_prefix_actions():
 def test_max_steps_counts_the_prefix():
     (trajectory, stats), policy = run({0: failed(0, ["right", "right"]).steps[:1]}, 0, max_steps=1)
     assert not trajectory.success and len(trajectory.steps) == 1 and policy.num_calls == 0
-    assert stats == {"policy_calls": 0, "prefix_steps": 1}
+    assert stats == SearchStats(policy_calls=0, prefix_steps=1)
 
 
 def test_prefix_length_from_fraction():

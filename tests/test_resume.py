@@ -155,7 +155,7 @@ class Killed(Exception):
 
 
 def _tiny_pairs(n: int) -> list:
-    from agentq.data.pairs import StepPair
+    from agentq.records.examples import StepPair
 
     return [
         StepPair(0, i, [{"role": "user", "content": f"Goal: craft {i} sticks."}], f"COMMAND: get {i} planks",

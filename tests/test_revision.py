@@ -1,4 +1,4 @@
-"""Agent-R revision trajectories (DESIGN §6) from hand-made searches, with a scripted judge."""
+"""Agent-R revision trajectories (docs/method.md §6) from hand-made searches, with a scripted judge."""
 
 import json
 from types import SimpleNamespace
@@ -7,12 +7,13 @@ import pytest
 import torch
 
 from agentq.agent.action import format_composite
-from agentq.agent.prompt import History, PromptBuilder
+from agentq.agent.prompt import PromptBuilder
 from agentq.critic.judge import LABELS, ActorStepJudge
-from agentq.data.examples import SFTExample
-from agentq.data.revision import DEFAULT_REVISION_THOUGHTS, RevisionBuilder, RevisionPair
-from agentq.data.trajectory import Step, Trajectory
-from agentq.search.tree import Node, SearchResult, Tree
+from agentq.records.examples import SFTExample
+from agentq.records.history import History
+from agentq.records.trajectory import Step, Trajectory
+from agentq.records.tree import Node, SearchResult, Tree
+from agentq.search.revision import DEFAULT_REVISION_THOUGHTS, RevisionBuilder, RevisionPair
 
 PB = PromptBuilder(env_instructions="Reach the goal.")
 VALID = ("a", "b", "c")

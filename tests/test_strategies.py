@@ -137,13 +137,13 @@ def test_ddp_cpu_smoke_run_trains_in_two_processes_and_evaluates_the_trained_wei
         "trainer.optimizer.lr=1e-2", "trainer.lightning.enable_progress_bar=false",
     )
     evaluated = []
-    evaluate = loop._evaluate
+    evaluate = loop.evaluate_iteration
 
-    def spy(cfg, parts, model, *args, **kwargs):
+    def spy(parts, book, model, *args, **kwargs):
         evaluated.append(model)
-        return evaluate(cfg, parts, model, *args, **kwargs)
+        return evaluate(parts, book, model, *args, **kwargs)
 
-    monkeypatch.setattr(loop, "_evaluate", spy)
+    monkeypatch.setattr(loop, "evaluate_iteration", spy)
     summary = loop.run(cfg)
     folder = Path(cfg.paths.run_dir) / "iter_001"
 

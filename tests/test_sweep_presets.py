@@ -16,7 +16,7 @@ from hydra.types import RunMode
 from hydra.utils import get_class
 from omegaconf import OmegaConf
 
-from agentq.loop import build
+from agentq.components import build
 from tests.conftest import CONF, ROOT
 
 PRESETS = {

@@ -7,10 +7,10 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from agentq.data.pairs import StepPairBuilder
+from agentq.records.tree import Tree
 from agentq.search.mcts import MCTS
 from agentq.search.sampling_baselines import BestOfN, SelfConsistency, majority_vote
 from agentq.search.tot import BFS, DFS
-from agentq.search.tree import Tree
 from tests.toy import (
     EpisodePolicy,
     ScriptedCritic,
@@ -83,8 +83,8 @@ def test_bfs_hand_worked_tree():
     assert [s.command for s in result.best.steps] == ["b", "a"]
     # A step's prompt is the parent's rendered history.
     assert [s.prompt[0]["content"] for s in result.best.steps] == ["At start", "At b"]
-    assert result.stats["policy_calls"] == 4 and result.stats["critic_calls"] == 3
-    assert result.stats["states_evaluated"] == 12
+    assert result.stats.policy_calls == 4 and result.stats.critic_calls == 3
+    assert result.stats.states_evaluated == 12
 
 
 def test_bfs_depth_limit_keeps_the_final_frontier_as_trajectories():
@@ -139,8 +139,8 @@ def test_bfs_restores_by_snapshot_and_by_replay():
         ]
 
     assert strip(snap) == strip(replay)
-    assert snap.stats["restores"] == replay.stats["restores"] == 11
-    assert snap.stats["env_steps"] == 12 and replay.stats["env_steps"] == 24
+    assert snap.stats.restores == replay.stats.restores == 11
+    assert snap.stats.env_steps == 12 and replay.stats.env_steps == 24
     assert env.resets == 1 + 11
 
 
@@ -166,7 +166,7 @@ def test_bfs_budget_stops_mid_level():
     # Calls: root (1), a (2); b is never expanded. a's children are still judged:
     # keep a/a .9, a/b .3. Branch ends: b (unexpanded frontier), a/a, a/b.
     result, policy, _ = bfs(SnapshotThreeWayToyEnv(depth=3, goal=("b", "a")), max_policy_calls=2)
-    assert result.stats["policy_calls"] == 2 and policy.num_calls == 2
+    assert result.stats.policy_calls == 2 and policy.num_calls == 2
     kept, pruned = kept_and_pruned(result.tree)
     assert kept == {"a", "b", "a/a", "a/b"} and pruned == {"c", "a/c"}
     assert [[s.command for s in t.steps] for t in result.trajectories] == [
@@ -213,7 +213,7 @@ def test_dfs_hand_worked_search():
     ]
     assert [t.reward for t in result.trajectories] == [0.0, 1.0]
     assert [s.command for s in result.best.steps] == ["b", "a", "c"] and result.best.success
-    assert result.stats["expansions"] == result.stats["policy_calls"] == 5
+    assert result.stats.expansions == result.stats.policy_calls == 5
 
 
 def test_dfs_visits_children_in_value_order():
@@ -235,7 +235,7 @@ def test_dfs_backtracks_at_the_depth_limit_and_spends_the_node_budget():
     assert policy.seen == ["", "a", "b"]
     ends = [[s.command for s in t.steps] for t in result.trajectories]
     assert ends == [["c"], ["a", "a"], ["a", "b"], ["a", "c"], ["b", "a"], ["b", "b"], ["b", "c"]]
-    assert result.stats["expansions"] == 3
+    assert result.stats.expansions == 3
 
 
 def test_dfs_backtracks_after_a_terminal_failure():
@@ -251,7 +251,7 @@ def test_dfs_backtracks_after_a_terminal_failure():
 
 def test_dfs_policy_call_budget():
     result, policy, _ = dfs(max_policy_calls=2)
-    assert policy.seen == ["", "a"] and result.stats["policy_calls"] == 2
+    assert policy.seen == ["", "a"] and result.stats.policy_calls == 2
 
 
 # -- Baselines --------------------------------------------------------------------
@@ -266,8 +266,8 @@ def test_best_of_n_picks_the_best_episode():
     ]  # fmt: skip
     assert [t.reward for t in result.trajectories] == [0.0, 1.0, 0.0]
     assert [s.command for s in result.best.steps] == ["right", "left"]
-    assert result.stats["policy_calls"] == 6 and result.stats["env_steps"] == 6
-    assert result.stats["episodes"] == 3 and result.stats["restores"] == 2  # back to the root twice
+    assert result.stats.policy_calls == 6 and result.stats.env_steps == 6
+    assert result.stats.episodes == 3 and result.stats.restores == 2  # back to the root twice
     assert len(result.tree.children(result.tree.root)) == 3  # one chain per episode
 
 
@@ -302,7 +302,7 @@ def test_self_consistency_follows_the_majority():
     children = {c.command: c for c in result.tree.children(root)}
     assert children["right"].kept and children["right"].critic_score == pytest.approx(2 / 3)
     assert children["left"].kept is False and not children["left"].expanded_env
-    assert result.stats["policy_calls"] == 2 and result.stats["env_steps"] == 2
+    assert result.stats.policy_calls == 2 and result.stats.env_steps == 2
 
 
 def test_self_consistency_budget():
@@ -318,7 +318,7 @@ def test_mcts_budget_stops_starting_simulations():
     # the second simulation starts at 2 calls and ends at 3; no third one starts.
     search = MCTS(num_simulations=8, num_actions=2, max_depth=2, c_exp=2.0, max_policy_calls=3)
     result = search(SnapshotToyEnv(), ScriptedPolicy(), ScriptedCritic(), task_id=0)
-    assert result.stats["simulations"] == 2 and result.stats["policy_calls"] == 3
+    assert result.stats.simulations == 2 and result.stats.policy_calls == 3
 
 
 # -- Contract, validation, configs --------------------------------------------------

@@ -10,13 +10,21 @@ import torch
 from peft import LoraConfig, get_peft_model
 from safetensors.torch import load_file
 
-from agentq.data.examples import Segment, SFTExample, TrajectoryPair
-from agentq.data.pairs import StepPair
 from agentq.models import TinyRandomModel, completion_logprobs, pad_pairs
 from agentq.models.logprobs import segment_logprobs
 from agentq.objectives import ConservativeDPOLoss, DPOLoss, IPOLoss, SFTLoss
+from agentq.objectives.base import LossOutput, Objective, PreferenceLogps, SequenceLogps, input_of
+from agentq.records.examples import (
+    KINDS,
+    TAGS,
+    Segment,
+    SFTExample,
+    StepPair,
+    TrajectoryPair,
+    kind_of,
+)
 from agentq.training.data import ExampleDataset, collate_preferences, collate_sft
-from agentq.training.fit import fit, fit_preferences
+from agentq.training.fit import PIPELINES, fit
 from agentq.training.module import PreferenceModule, SFTModule
 
 MAX_PROMPT = 512
@@ -254,8 +262,28 @@ def test_fit_trains_the_adapter_on_each_example_kind(tmp_path, case):
         assert metrics["tokens"] > 8
 
 
-def test_fit_preferences_is_fit():
-    assert fit_preferences is fit
+# --- one owner of the kinds: agentq.records.examples ----------------------------------------
+
+
+def test_every_example_type_has_one_kind_and_one_tag():
+    types = [t for kind_types in KINDS.values() for t in kind_types]
+    assert sorted(t.__name__ for t in types) == sorted(t.__name__ for t in TAGS.values())
+    assert [kind_of(StepPair), kind_of(TrajectoryPair), kind_of(SFTExample)] == ["preference", "preference", "sft"]
+    assert kind_of(_sft_examples(1)[0]) == "sft" and kind_of("COMMAND: look") is None
+    assert set(PIPELINES) == set(KINDS)
+
+
+def test_an_objective_takes_its_kind_from_the_input_it_declares():
+    class Imitate(Objective):
+        def forward(self, logps: SequenceLogps) -> LossOutput:
+            return LossOutput(losses=-logps.policy)
+
+    assert Imitate.kind == "sft" and input_of(Imitate()) is SequenceLogps and input_of(DPOLoss) is PreferenceLogps
+    with pytest.raises(TypeError, match="forward must take one of"):
+
+        class Untyped(Objective):
+            def forward(self, logps) -> LossOutput:
+                return LossOutput(losses=logps)
 
 
 # --- refused before any model work -------------------------------------------------------------

@@ -8,10 +8,10 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from agentq.agent.prompt import History
 from agentq.critic.ranking import LLMRankingCritic
 from agentq.critic.value import LabelDistribution, LLMValueEvaluator, LLMVoteEvaluator
 from agentq.models.loading import TinyRandomModel
+from agentq.records.history import History
 from tests.conftest import CONF
 
 TASK = History("Goal: craft 1 stick. Crafting commands: craft 4 stick using 2 oak planks")

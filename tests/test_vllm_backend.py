@@ -14,10 +14,11 @@ import torch
 
 from agentq.agent.grounding import Grounder
 from agentq.agent.policy import LLMPolicy, Sampling
-from agentq.agent.prompt import History, PromptBuilder
-from agentq.loop import build
+from agentq.agent.prompt import PromptBuilder
+from agentq.components import build
 from agentq.models import TinyRandomModel
 from agentq.models.vllm_sampling import VLLMSampler, samples_from_output, sampling_kwargs
+from agentq.records.history import History
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from rapidfuzz.fuzz import token_set_ratio
 
-from envs.webshop.catalogue import NUM_TEST_GOALS, load_default_catalogue
+from envs.webshop.catalogue import NUM_TEST_GOALS, WORDS_FILE, load_default_catalogue, words
 from envs.webshop.official import load_official, official_split, parse_pricing
 from envs.webshop.schema import Goal, Product
 
@@ -156,6 +156,32 @@ def test_default_catalogue_is_identical_across_processes():
         digests.add(out.stdout.strip())
     here = hashlib.sha256(repr(load_default_catalogue(0)).encode()).hexdigest()
     assert digests == {here}
+
+
+# repr digests of the synthetic catalogues as generated when the word tables moved
+# from catalogue.py into catalogue_words.json: a change to the words or the generator
+# changes every run's WebShop tasks, so it must be deliberate (update these with it).
+PINNED_DIGESTS = {
+    0: "495c97d121d75f46ccf018978bdbb0e7b204bce6391db345e1c62a209b62f670",
+    1: "87f7182095c07b2c468ada53536831f2a89015541ddf27ddbf2245a8f297bc5f",
+}
+
+
+@pytest.mark.parametrize("seed", sorted(PINNED_DIGESTS))
+def test_default_catalogue_is_pinned(seed):
+    assert hashlib.sha256(repr(load_default_catalogue(seed)).encode()).hexdigest() == PINNED_DIGESTS[seed]
+
+
+def test_word_tables_are_package_data_with_no_dangling_references():
+    raw = json.loads((ROOT / "envs" / "webshop" / WORDS_FILE).read_text(encoding="utf-8"))
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert f'"envs.webshop" = ["{WORDS_FILE}"]' in pyproject  # shipped by a non-editable install
+    table = words()
+    assert set(table.types) == set(table.brands) == set(table.roots) == CATEGORIES
+    for entries in raw["types"].values():
+        for entry in entries:
+            for spec in entry["options"].values():
+                assert isinstance(spec, list) or (spec[:1] == "@" and spec[1:] in raw["shared_values"]), spec
 
 
 # --- the official loader, on small files in WebShop's schema ---------------------------------

@@ -8,7 +8,7 @@ import gymnasium as gym
 from gymnasium import spaces
 
 from agentq.agent.action import format_composite
-from agentq.agent.policy import Candidate
+from agentq.records.action import Candidate
 
 
 class ToyEnv(gym.Env):

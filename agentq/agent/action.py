@@ -1,4 +1,4 @@
-"""The composite action of Agent Q (§2 of DESIGN.md) and a parser that never raises.
+"""The composite action of Agent Q (docs/method.md §2) and a parser that never raises.
 
 A composite action is what the policy writes at each step::
 
@@ -21,7 +21,8 @@ records what it had to forgive in ``errors`` instead of raising.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+
+from agentq.records.action import CompositeAction
 
 FIELDS = ("PLAN", "THOUGHT", "COMMAND", "EXPLANATION", "STATUS")
 STATUSES = ("CONTINUE", "SUCCESS", "FAILURE", "ASK_USER")
@@ -34,30 +35,13 @@ _HEADER = re.compile(
     re.IGNORECASE | re.MULTILINE,
 )
 # A line that is, so far, exactly a COMMAND header followed by ":" or "-" (for
-# decoders that must know where the command starts: agentq.models.constrained).
+# decoders that must know where the command starts: agentq.agent.constrained).
 COMMAND_HEADER_LINE = re.compile(rf"^{_LEAD}(?:COMMAND|ACTION){_TRAIL}[:\-]{_TRAIL}$", re.IGNORECASE)
 _ALIASES = {"THOUGHTS": "THOUGHT", "ACTION": "COMMAND"}
 _FENCE = re.compile(r"^```[a-zA-Z]*\s*$|^```\s*|\s*```$", re.MULTILINE)
 _QUOTES = "`'\"“”"
 _PLAN_STEP = re.compile(r"^\s*(?:\d+[.)]|[-*])\s*")
 MAX_COMMAND_CHARS = 500
-
-
-@dataclass(frozen=True)
-class CompositeAction:
-    """A parsed composite action. ``command`` is None when none could be found."""
-
-    raw: str
-    command: str | None
-    plan: str = ""
-    thought: str = ""
-    explanation: str = ""
-    status: str = "CONTINUE"
-    errors: tuple[str, ...] = field(default_factory=tuple)
-
-    @property
-    def ok(self) -> bool:
-        return self.command is not None
 
 
 def parse_composite(text: object) -> CompositeAction:

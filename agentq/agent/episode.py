@@ -13,8 +13,8 @@ import gymnasium as gym
 import torch
 
 from agentq.agent.policy import Policy
-from agentq.agent.prompt import History
-from agentq.data.trajectory import Step, Trajectory
+from agentq.records.history import History
+from agentq.records.trajectory import Step, Trajectory
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ NO_COMMAND = "Invalid action: your last answer had no COMMAND, so nothing was do
 
 def step(env: gym.Env, history: History, action_text: str, command: str) -> tuple[History, float, Outcome]:
     """Send ``command`` to the env as it is. Text that is no valid action (a refused
-    command, DESIGN §2) is the env's to answer: all four envs say what was wrong and
+    command, docs/method.md §2) is the env's to answer: all four envs say what was wrong and
     spend a step. An empty command also spends a step (the env's step count and a
     replay of the path stay the same), and the observation starts with :data:`NO_COMMAND`."""
     observation, reward, terminated, truncated, info = env.step(command)

@@ -1,4 +1,4 @@
-"""Grounding a free-text command to the environment's valid actions (DESIGN §2).
+"""Grounding a free-text command to the environment's valid actions (docs/method.md §2).
 
 Only a command that is clearly one of the listed actions is rewritten into it;
 everything else is sent to the environment as the policy wrote it, and the
@@ -36,14 +36,10 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from agentq.records.action import EXACT, FILLED, MISSING, NORMALIZED, REFUSED, REWRITTEN, UNCHECKED
+
 TEMPLATE = "[...]"
 
-# How a step's command relates to the env's valid actions (``Candidate.grounding``, ``Step.grounding``).
-EXACT, NORMALIZED, FILLED, REFUSED, MISSING, UNCHECKED = (
-    "exact", "normalized", "filled", "refused", "missing", "unchecked",
-)  # fmt: skip
-GROUNDINGS = (EXACT, NORMALIZED, FILLED, REFUSED, MISSING, UNCHECKED)
-REWRITTEN = (NORMALIZED, FILLED)  # the command sent is not the text the policy wrote
 
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 _IGNORED = frozenset("[](){}\"'`“”‘’")

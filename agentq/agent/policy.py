@@ -7,42 +7,18 @@ scripted policies with the same method.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
 
-from agentq.agent.action import CompositeAction, parse_composite
-from agentq.agent.grounding import REWRITTEN, Grounder
-from agentq.agent.prompt import History, Messages, PromptBuilder
-from agentq.models.constrained import CommandConstraint, TokenTable
+from agentq.agent.action import parse_composite
+from agentq.agent.constrained import CommandConstraint, TokenTable
+from agentq.agent.grounding import Grounder
+from agentq.agent.prompt import PromptBuilder
 from agentq.models.prefix_cache import PrefixCache
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """One composite action proposed at a history.
-
-    ``text`` and ``action_ids`` are exactly what the policy generated (the
-    training target); ``command`` is what was sent to the environment after
-    grounding; ``logprob`` is log pi(text | prompt) under the generating policy
-    (Agent Q, Eq. 1), kept as the reference log-prob for DPO. ``grounding`` says
-    how ``command`` relates to the env's valid actions (one of
-    :data:`agentq.agent.grounding.GROUNDINGS`; None for scripted candidates).
-    """
-
-    text: str
-    command: str
-    logprob: float = 0.0
-    action_ids: tuple[int, ...] = ()
-    prompt: Messages = field(default_factory=list)
-    parsed: CompositeAction | None = None
-    grounding: str | None = None  # exact / normalized / filled / refused / missing / unchecked
-
-    @property
-    def grounded(self) -> bool:
-        """The command was rewritten into a listed action (normalized or filled)."""
-        return self.grounding in REWRITTEN
+from agentq.records.action import Candidate
+from agentq.records.history import History, Messages
 
 
 class Policy(Protocol):
@@ -60,7 +36,7 @@ class Sampling:
         temperature, top_p: sampling for search (``greedy=True`` ignores them).
         max_prompt_tokens: keep the newest tokens of longer prompts (left truncation).
         constrain_command: decode the COMMAND field onto the env's valid actions
-            (:mod:`agentq.models.constrained`); the rest of the composite stays free.
+            (:mod:`agentq.agent.constrained`); the rest of the composite stays free.
         max_tail_tokens: with ``constrain_command``, cut an action this many
             tokens after its COMMAND line (its EXPLANATION), as ``max_new_tokens``
             cuts it; None: no cap.

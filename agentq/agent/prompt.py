@@ -1,7 +1,7 @@
 """The agent's prompt: history h_t = (a_1, ..., a_{t-1}, o_t) as chat messages.
 
 Agent Q conditions each step on the agent's own earlier composite actions and
-only the *current* observation (DESIGN §2). The message layout puts what grows
+only the *current* observation (docs/method.md §2). The message layout puts what grows
 along a search path first (system, earlier actions) and the observation last,
 so a child's prompt shares its parent's prefix up to the newest action.
 """
@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentq.agent.grounding import TEMPLATE
-
-Messages = list[dict[str, str]]
+from agentq.records.history import History, Messages
 
 FORMAT_INSTRUCTIONS = """\
 You are an agent acting in a text environment. At every step answer in this format:
@@ -24,22 +23,6 @@ EXPLANATION: what the command does and why
 STATUS: CONTINUE (or SUCCESS / FAILURE when the task is over)"""
 
 PLAN_LINE = "PLAN: (first step only) numbered steps to reach the goal\n"
-
-
-@dataclass(frozen=True)
-class History:
-    """What the policy sees at step t: earlier composite actions and the current observation."""
-
-    observation: str
-    previous: tuple[str, ...] = ()  # composite actions a_1..a_{t-1}, as generated
-    valid_actions: tuple[str, ...] | None = None
-
-    def extend(self, action: str, observation: str, valid_actions: Sequence[str] | None) -> History:
-        return History(
-            observation=observation,
-            previous=(*self.previous, action),
-            valid_actions=None if valid_actions is None else tuple(valid_actions),
-        )
 
 
 @dataclass(frozen=True)

@@ -4,32 +4,31 @@ Agent-R (Yuan et al. 2025, arXiv 2501.11425, §3.1, "transition point") lets the
 actor itself, the policy being trained, find the first error of a failed
 trajectory "within its current capability": it walks the bad path and judges
 each step Good, Bad or Uncertain; the first Bad step is where the revision is
-spliced in (:mod:`agentq.data.revision`).
+spliced in (:mod:`agentq.search.revision`).
 
 A judge is any callable ``judge(task, steps_so_far, step) -> "good" | "bad" |
 "uncertain"`` (:class:`StepJudge`), so tests script one.
 
 Departure from the paper: Agent-R lets the actor write its judgement freely. We
 read the model's next-token distribution restricted to the three labels (one
-forward pass per step) and take its most likely label, as
-:class:`agentq.critic.ranking.LLMRankingCritic` does for rankings: the answer
-always parses and is the model's own choice, which matters with small models
-that rarely answer in the requested format. A label is read from its first
-token ("Uncertain" is "Un" + "certain" for SmolLM2); the three first tokens
-must differ.
+forward pass per step, :mod:`agentq.critic.labels`) and take its most likely
+label, as :class:`agentq.critic.ranking.LLMRankingCritic` does for rankings:
+the answer always parses and is the model's own choice, which matters with
+small models that rarely answer in the requested format. A label is read from
+its first token ("Uncertain" is "Un" + "certain" for SmolLM2); the three first
+tokens must differ.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
-
-import torch
+from dataclasses import KW_ONLY, dataclass, field
+from typing import Any, Protocol
 
 from agentq.agent.action import parse_composite
-from agentq.agent.policy import encode_chat
-from agentq.data.trajectory import Step
-from agentq.validation import require_int
+from agentq.critic.common import CheckedSettings, commands_so_far, setting
+from agentq.critic.labels import LabelDistribution
+from agentq.records.trajectory import Step
 
 LABELS = ("good", "bad", "uncertain")
 
@@ -47,7 +46,8 @@ class StepJudge(Protocol):
         ...
 
 
-class ActorStepJudge:
+@dataclass(eq=False)
+class ActorStepJudge(CheckedSettings):
     """Judges a step with the actor model (the policy's own model and tokenizer).
 
     Args:
@@ -58,50 +58,31 @@ class ActorStepJudge:
         max_chars: the task and the step's response are cut to this many characters.
     """
 
-    def __init__(
-        self,
-        model,
-        tokenizer,
-        *,
-        max_prompt_tokens: int = 2048,
-        max_previous: int = 10,
-        max_chars: int = 2000,
-    ) -> None:
-        self.check_args("pairs.judge", max_prompt_tokens=max_prompt_tokens, max_previous=max_previous, max_chars=max_chars)
-        self.model = model
-        self.tokenizer = tokenizer
-        self.max_prompt_tokens = max_prompt_tokens
-        self.max_previous = max_previous
-        self.max_chars = max_chars
-        self.label_ids = [
-            tokenizer.encode(w, add_special_tokens=False)[0] for w in ("Good", "Bad", "Uncertain")
-        ]
-        if len(set(self.label_ids)) != len(LABELS):
-            raise ValueError(
-                "judge: the labels Good, Bad, Uncertain do not start with distinct tokens"
-            )
+    CONFIG_KEY = "pairs.judge"
 
-    @classmethod
-    def check_args(
-        cls, key: str, *, max_prompt_tokens: int = 2048, max_previous: int = 10, max_chars: int = 2000, **_
-    ) -> None:
-        """The settings' ranges, without a model (``agentq.loop.build`` calls it on the
-        config at ``key``, before any model loads)."""
-        require_int(f"{key}.max_prompt_tokens", max_prompt_tokens, 16)
-        require_int(f"{key}.max_previous", max_previous, 0)
-        require_int(f"{key}.max_chars", max_chars, 1)
+    model: Any = field(repr=False)
+    tokenizer: Any = field(repr=False)
+    _: KW_ONLY
+    max_prompt_tokens: int = setting(2048, at_least=16)
+    max_previous: int = setting(10, at_least=0)
+    max_chars: int = setting(2000, at_least=1)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        words = [label.capitalize() for label in LABELS]  # Good, Bad, Uncertain
+        self.labels = LabelDistribution(self.tokenizer, words, owner="judge", read="first")
+
+    @property
+    def label_ids(self) -> list[int]:
+        """The first tokens of Good, Bad and Uncertain."""
+        return self.labels.first_ids
 
     def messages(self, task: str, steps_so_far: Sequence[Step], step: Step) -> list[dict[str, str]]:
         parts = [f"Task:\n{task.strip()[: self.max_chars]}"]
-        shown = (
-            list(steps_so_far)[max(0, len(steps_so_far) - self.max_previous) :]
-            if self.max_previous
-            else []
-        )
-        if shown:
-            first = len(steps_so_far) - len(shown) + 1
-            lines = [f"{first + i}. {s.command or '(no command)'}" for i, s in enumerate(shown)]
-            parts.append("Commands so far:\n" + "\n".join(lines))
+        commands = [s.command for s in steps_so_far]
+        previous = commands_so_far(commands, self.max_previous, numbered=True)
+        if previous:
+            parts.append(previous)
         action = parse_composite(step.action)
         thought = f"Thought: {action.thought}\n" if action.thought else ""
         parts.append(
@@ -114,18 +95,13 @@ class ActorStepJudge:
             {"role": "user", "content": "\n\n".join(parts)},
         ]
 
-    @torch.no_grad()
     def probabilities(
         self, task: str, steps_so_far: Sequence[Step], step: Step
     ) -> dict[str, float]:
         """The model's next-token distribution renormalised over the three labels."""
-        ids = encode_chat(
-            self.tokenizer, self.messages(task, steps_so_far, step), self.max_prompt_tokens
-        )
-        input_ids = torch.tensor([ids], device=self.model.device)  # (1, T)
-        logits = self.model(input_ids=input_ids, logits_to_keep=1).logits[0, -1]  # (V,)
-        probs = torch.softmax(logits[self.label_ids].float(), dim=-1)  # (3,)
-        return dict(zip(LABELS, probs.tolist(), strict=True))
+        messages = self.messages(task, steps_so_far, step)
+        probs = self.labels(self.model, messages, self.max_prompt_tokens)
+        return dict(zip(LABELS, probs, strict=True))
 
     def __call__(self, task: str, steps_so_far: Sequence[Step], step: Step) -> str:
         probs = self.probabilities(task, steps_so_far, step)

@@ -1,15 +1,15 @@
 """The AI critic of Agent Q: the LLM ranks the proposed commands at a node.
 
-Agent Q (§3 of DESIGN.md) asks the model for the best of the K proposed
+Agent Q (docs/method.md §3) asks the model for the best of the K proposed
 actions, removes it and asks again, which yields a full ranking; the rank is
 turned into a score Q̂(h, a) by a rank-to-score map (the paper does not publish
 one; ours is linear and configurable).
 
 The model answers with the number of a candidate. Instead of free generation we
 read its next-token distribution restricted to the candidate numbers (one
-forward per round), so the answer always parses and the choice is the model's
-own most likely one. This is our departure from the paper, for robustness with
-small models.
+forward per round, :mod:`agentq.critic.labels`), so the answer always parses
+and the choice is the model's own most likely one. This is our departure from
+the paper, for robustness with small models.
 
 The rounds of one ranking share everything up to the candidate listing (the
 system message, the earlier commands, the observation): a
@@ -22,15 +22,15 @@ The rounds cannot be one batch: each listing depends on the previous answer.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-
-import torch
+from dataclasses import KW_ONLY, dataclass, field
+from typing import Any
 
 from agentq.agent.action import parse_composite
-from agentq.agent.policy import Candidate, encode_chat
-from agentq.agent.prompt import History
+from agentq.critic.common import CheckedSettings, commands_so_far, setting
+from agentq.critic.labels import LabelDistribution
 from agentq.models.prefix_cache import PrefixCache
-from agentq.validation import require_int
+from agentq.records.action import Candidate
+from agentq.records.history import History
 
 CRITIC_SYSTEM = (
     "You are an expert evaluator of an agent's next action. Given the task and "
@@ -60,7 +60,8 @@ class LinearRankScore:
         return self.top - (self.top - self.bottom) * rank / (num - 1)
 
 
-class LLMRankingCritic:
+@dataclass(eq=False)
+class LLMRankingCritic(CheckedSettings):
     """Ranks candidates by repeatedly picking the best remaining one.
 
     Args:
@@ -77,50 +78,31 @@ class LLMRankingCritic:
     kind = "rank"  # scores the K candidate actions at one node (what MCTS needs)
     MAX_CANDIDATES = 9  # answers are the single-token numbers 1..9
 
-    def __init__(
-        self,
-        model,
-        tokenizer,
-        *,
-        rank_score: LinearRankScore | None = None,
-        max_prompt_tokens: int = 2048,
-        max_previous: int = 10,
-        reuse_prefix_cache: bool = True,
-        prefix_cache_tokens: int = 4096,
-    ) -> None:
-        self.check_args(
-            "critic", max_prompt_tokens=max_prompt_tokens, max_previous=max_previous,
-            prefix_cache_tokens=prefix_cache_tokens,
+    model: Any = field(repr=False)
+    tokenizer: Any = field(repr=False)
+    _: KW_ONLY
+    rank_score: LinearRankScore | None = None
+    max_prompt_tokens: int = setting(2048, at_least=16)
+    max_previous: int = setting(10, at_least=0)
+    reuse_prefix_cache: bool = True
+    prefix_cache_tokens: int = setting(4096, at_least=1)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.rank_score = self.rank_score or LinearRankScore()
+        numbers = [str(i + 1) for i in range(self.MAX_CANDIDATES)]
+        self.labels = LabelDistribution(self.tokenizer, numbers, owner="critic", read="single")
+        self.prefix_cache = PrefixCache(
+            enabled=self.reuse_prefix_cache, max_tokens=self.prefix_cache_tokens
         )
-        self.model = model
-        self.tokenizer = tokenizer
-        self.rank_score = rank_score or LinearRankScore()
-        self.max_prompt_tokens = max_prompt_tokens
-        self.max_previous = max_previous
-        self.label_ids = [self._single_token(str(i + 1)) for i in range(self.MAX_CANDIDATES)]
-        self.prefix_cache = PrefixCache(enabled=reuse_prefix_cache, max_tokens=prefix_cache_tokens)
-
-    @classmethod
-    def check_args(
-        cls, key: str, *, max_prompt_tokens: int = 2048, max_previous: int = 10, prefix_cache_tokens: int = 4096, **_
-    ) -> None:
-        """The settings' ranges, without a model (``agentq.loop.build`` calls it on the
-        config at ``key``, before any model loads)."""
-        require_int(f"{key}.max_prompt_tokens", max_prompt_tokens, 16)
-        require_int(f"{key}.max_previous", max_previous, 0)
-        require_int(f"{key}.prefix_cache_tokens", prefix_cache_tokens, 1)
-
-    def _single_token(self, text: str) -> int:
-        ids = self.tokenizer.encode(text, add_special_tokens=False)
-        if len(ids) != 1:
-            raise ValueError(f"critic: the answer label {text!r} is not one token for this tokenizer")
-        return ids[0]
 
     def messages(self, history: History, commands: Sequence[str]) -> list[dict[str, str]]:
-        previous = [_command_of(a) for a in history.previous[-self.max_previous :]]
+        # max_previous=0 shows every earlier command here (a slice [-0:]), unlike the other critics.
+        shown = self.max_previous or len(history.previous)
+        previous = commands_so_far([parse_composite(a).command for a in history.previous], shown)
         parts = [f"Current observation:\n{history.observation.strip()}"]
         if previous:
-            parts.insert(0, "Commands so far:\n" + "\n".join(previous))
+            parts.insert(0, previous)
         listing = "\n".join(f"{i + 1}. {c or '(no command)'}" for i, c in enumerate(commands))
         parts.append(f"Candidate next commands:\n{listing}")
         parts.append("Which candidate is the best next command? Answer with its number only.")
@@ -129,13 +111,11 @@ class LLMRankingCritic:
             {"role": "user", "content": "\n\n".join(parts)},
         ]
 
-    @torch.no_grad()
     def pick_best(self, history: History, commands: Sequence[str]) -> int:
         """Index of the command the model ranks first."""
-        ids = encode_chat(self.tokenizer, self.messages(history, commands), self.max_prompt_tokens)
-        _, logits = self.prefix_cache.prefill(self.model, ids)  # (1, V)
-        allowed = logits[0, self.label_ids[: len(commands)]]  # (m,)
-        return int(allowed.argmax())
+        messages = self.messages(history, commands)
+        logits = self.labels.logits(self.model, messages, self.max_prompt_tokens, self.prefix_cache)
+        return int(logits[: len(commands)].argmax())  # logits: (9,), one per number
 
     def score(self, history: History, candidates: Sequence[Candidate]) -> list[float]:
         if len(candidates) > self.MAX_CANDIDATES:
@@ -153,7 +133,3 @@ class LLMRankingCritic:
         for rank, index in enumerate(ranking):
             scores[index] = self.rank_score(rank, len(candidates))
         return scores
-
-
-def _command_of(action: str) -> str:
-    return parse_composite(action).command or "(no command)"

@@ -19,11 +19,11 @@ determinism (as in :mod:`agentq.critic.ranking`):
 - Instead of sampling free-text judgements and parsing them, we open the
   assistant turn with ``Answer:`` and read the model's next-token distribution
   restricted to the answer labels, renormalised over them
-  (:class:`LabelDistribution`). Labels that are several tokens (SmolLM2 writes
-  " 10" as " ", "1", "0") are scored exactly by chaining the restricted
-  distribution through their tokens; where one label is a prefix of another
-  (" 1" and " 10"), the shorter one gets the mass of every token other than
-  the longer one's continuation.
+  (:class:`~agentq.critic.labels.LabelDistribution`, whole labels). Labels
+  that are several tokens (SmolLM2 writes " 10" as " ", "1", "0") are scored
+  exactly by chaining the restricted distribution through their tokens; where
+  one label is a prefix of another (" 1" and " 10"), the shorter one gets the
+  mass of every token other than the longer one's continuation.
 - Value: V is the expected label value under that distribution, which is what
   the average of ToT's sampled judgements estimates. ToT sums 20 / 1 / 0.001
   for sure / likely / impossible over 3 samples; our default map is
@@ -35,17 +35,17 @@ determinism (as in :mod:`agentq.critic.ranking`):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import ClassVar, Protocol
+from collections.abc import Mapping, Sequence
+from dataclasses import KW_ONLY, dataclass, field
+from typing import Any, ClassVar, Protocol
 
 import torch
 
 from agentq.agent.action import parse_composite
-from agentq.agent.policy import encode_chat
-from agentq.agent.prompt import History, Messages
+from agentq.critic.common import CheckedSettings, commands_so_far, setting
+from agentq.critic.labels import LabelDistribution
 from agentq.models.prefix_cache import PrefixCache
-from agentq.validation import require_int
+from agentq.records.history import History, Messages
 
 ANSWER_PREFIX = "Answer:"  # opens the assistant turn, so the next token is the label
 
@@ -84,83 +84,8 @@ class StateEvaluator(Protocol):
         ...
 
 
-@dataclass
-class _Trie:
-    children: dict[int, _Trie] = field(default_factory=dict)
-    label: int | None = None  # the label whose tokens end here
-
-
-class LabelDistribution:
-    """p(label | prompt) over fixed answer labels, restricted to them and renormalised.
-
-    One forward of the prompt (through a :class:`PrefixCache`), plus one short
-    cached forward per branching point inside multi-token labels.
-    """
-
-    def __init__(self, tokenizer, labels: Sequence[str], owner: str) -> None:
-        self.labels = tuple(labels)
-        self.token_ids: list[tuple[int, ...]] = []
-        self.trie = _Trie()
-        for i, label in enumerate(self.labels):
-            ids = tuple(tokenizer.encode(label, add_special_tokens=False))
-            if not ids:
-                raise ValueError(f"{owner}: the answer label {label!r} encodes to no tokens")
-            if ids in self.token_ids:
-                other = self.labels[self.token_ids.index(ids)]
-                raise ValueError(
-                    f"{owner}: the answer labels {other!r} and {label!r} encode to the same tokens {list(ids)}"
-                )
-            self.token_ids.append(ids)
-            node = self.trie
-            for token in ids:
-                node = node.children.setdefault(token, _Trie())
-            node.label = i
-
-    @torch.no_grad()
-    def __call__(self, model, prompt_ids: Sequence[int], prefix_cache: PrefixCache) -> list[float]:
-        if len(self.labels) == 1:
-            return [1.0]
-        probs = [0.0] * len(self.labels)
-        cache, logits = prefix_cache.prefill(model, prompt_ids)  # logits: (1, V)
-        device = logits.device
-
-        def resolve(
-            node: _Trie, pending: list[int], mass: float, logits: torch.Tensor | None
-        ) -> None:
-            # Single-option stretches need no forward: their restricted probability is 1.
-            while node.label is None and len(node.children) == 1:
-                token, node = next(iter(node.children.items()))
-                pending = [*pending, token]
-            if not node.children:
-                probs[node.label] += mass
-                return
-            if mass == 0.0:
-                return
-            if pending:
-                ids = torch.tensor([pending], dtype=torch.long, device=device)  # (1, n)
-                logits = model(
-                    input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1
-                ).logits[0, -1]
-            p = torch.softmax(logits.double(), dim=-1)  # (V,)
-            child_p = {t: float(p[t]) for t in node.children}
-            continuing = sum(child_p.values())
-            if node.label is not None:  # the label ends here: it takes every other token's mass
-                probs[node.label] += mass * max(0.0, 1.0 - continuing)
-                total = max(1.0, continuing)
-            elif continuing > 0:
-                total = continuing
-            else:  # every label token underflowed: no preference
-                child_p, total = dict.fromkeys(child_p, 1.0), float(len(child_p))
-            for token, child in node.children.items():
-                resolve(child, [token], mass * child_p[token] / total, None)
-            if pending:
-                cache.crop(-len(pending))
-
-        resolve(self.trie, [], 1.0, logits[0])
-        return probs
-
-
-class LLMValueEvaluator:
+@dataclass(eq=False)
+class LLMValueEvaluator(CheckedSettings):
     """ToT's value prompt: each state judged on its own; V = expected label value.
 
     Args:
@@ -175,43 +100,28 @@ class LLMValueEvaluator:
 
     kind: ClassVar[str] = "state"
 
-    def __init__(
-        self,
-        model,
-        tokenizer,
-        *,
-        scale: str = "sure_likely_impossible",
-        values: Sequence[float] | None = None,
-        max_prompt_tokens: int = 2048,
-        max_previous: int = 10,
-    ) -> None:
-        self.check_args(
-            "critic", scale=scale, values=values, max_prompt_tokens=max_prompt_tokens, max_previous=max_previous
-        )
-        self.question, labels, default_values = SCALES[scale]
-        values = tuple(float(v) for v in (default_values if values is None else values))
-        self.model, self.tokenizer = model, tokenizer
-        self.values = values
-        self.max_prompt_tokens, self.max_previous = max_prompt_tokens, max_previous
+    model: Any = field(repr=False)
+    tokenizer: Any = field(repr=False)
+    _: KW_ONLY
+    scale: str = "sure_likely_impossible"
+    values: Sequence[float] | None = None
+    max_prompt_tokens: int = setting(2048, at_least=16)
+    max_previous: int = setting(10, at_least=0)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.question, labels, default_values = SCALES[self.scale]
+        values = default_values if self.values is None else self.values
+        self.values = tuple(float(v) for v in values)
         self.labels = LabelDistribution(
-            tokenizer, labels, owner=f"critic LLMValueEvaluator({scale})"
+            self.tokenizer, labels, owner=f"critic LLMValueEvaluator({self.scale})",
+            answer_prefix=ANSWER_PREFIX,
         )
-        self.answer_ids = tokenizer.encode(ANSWER_PREFIX, add_special_tokens=False)
         self.prefix_cache = PrefixCache()  # the system message and the task repeat in every prompt
 
     @classmethod
-    def check_args(
-        cls,
-        key: str,
-        *,
-        scale: str = "sure_likely_impossible",
-        values: Sequence[float] | None = None,
-        max_prompt_tokens: int = 2048,
-        max_previous: int = 10,
-        **_,
-    ) -> None:
-        """The settings' ranges, without a model (``agentq.loop.build`` calls it on the
-        config at ``key``, before any model loads)."""
+    def check_other(cls, key: str, settings: Mapping[str, Any]) -> None:
+        scale, values = settings["scale"], settings["values"]
         if scale not in SCALES:
             raise ValueError(f"{key}.scale must be one of {sorted(SCALES)}, got {scale!r}")
         labels = SCALES[scale][1]
@@ -222,8 +132,6 @@ class LLMValueEvaluator:
                     f"{key}.values must be {len(labels)} numbers in [0, 1] (one per label of {labels}), "
                     f"got {list(values)}"
                 )
-        require_int(f"{key}.max_prompt_tokens", max_prompt_tokens, 16)
-        require_int(f"{key}.max_previous", max_previous, 0)
 
     def messages(self, task_history: History, state: History) -> Messages:
         parts = [
@@ -237,10 +145,8 @@ class LLMValueEvaluator:
         ]
 
     def label_probs(self, task_history: History, state: History) -> list[float]:
-        ids = encode_chat(
-            self.tokenizer, self.messages(task_history, state), self.max_prompt_tokens
-        )
-        return self.labels(self.model, ids + self.answer_ids, self.prefix_cache)
+        messages = self.messages(task_history, state)
+        return self.labels(self.model, messages, self.max_prompt_tokens, self.prefix_cache)
 
     def evaluate(self, task_history: History, states: Sequence[History]) -> list[float]:
         out = []
@@ -250,7 +156,8 @@ class LLMValueEvaluator:
         return out
 
 
-class LLMVoteEvaluator:
+@dataclass(eq=False)
+class LLMVoteEvaluator(CheckedSettings):
     """ToT's vote prompt: all states listed; V = each state's vote share.
 
     Args:
@@ -266,48 +173,20 @@ class LLMVoteEvaluator:
 
     kind: ClassVar[str] = "state"
 
-    def __init__(
-        self,
-        model,
-        tokenizer,
-        *,
-        num_votes: int | None = None,
-        seed: int = 0,
-        max_prompt_tokens: int = 2048,
-        max_previous: int = 10,
-        max_observation_chars: int = 600,
-    ) -> None:
-        self.check_args(
-            "critic", num_votes=num_votes, seed=seed, max_prompt_tokens=max_prompt_tokens,
-            max_previous=max_previous, max_observation_chars=max_observation_chars,
-        )
-        self.model, self.tokenizer = model, tokenizer
-        self.num_votes = num_votes
-        self.generator = torch.Generator().manual_seed(seed)
-        self.max_prompt_tokens, self.max_previous = max_prompt_tokens, max_previous
-        self.max_observation_chars = max_observation_chars
-        self.answer_ids = tokenizer.encode(ANSWER_PREFIX, add_special_tokens=False)
+    model: Any = field(repr=False)
+    tokenizer: Any = field(repr=False)
+    _: KW_ONLY
+    num_votes: int | None = setting(None, at_least=1, none_ok=True)
+    seed: int = 0
+    max_prompt_tokens: int = setting(2048, at_least=16)
+    max_previous: int = setting(10, at_least=0)
+    max_observation_chars: int = setting(600, at_least=1)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.generator = torch.Generator().manual_seed(self.seed)
         self.prefix_cache = PrefixCache()
         self._labels: dict[int, LabelDistribution] = {}  # by number of states
-
-    @classmethod
-    def check_args(
-        cls,
-        key: str,
-        *,
-        num_votes: int | None = None,
-        seed: int = 0,
-        max_prompt_tokens: int = 2048,
-        max_previous: int = 10,
-        max_observation_chars: int = 600,
-        **_,
-    ) -> None:
-        """The settings' ranges, without a model (``agentq.loop.build`` calls it on the
-        config at ``key``, before any model loads)."""
-        require_int(f"{key}.num_votes", num_votes, 1, none_ok=True)
-        require_int(f"{key}.max_prompt_tokens", max_prompt_tokens, 16)
-        require_int(f"{key}.max_previous", max_previous, 0)
-        require_int(f"{key}.max_observation_chars", max_observation_chars, 1)
 
     def messages(self, task_history: History, states: Sequence[History]) -> Messages:
         listing = "\n\n".join(
@@ -332,12 +211,11 @@ class LLMVoteEvaluator:
                 self.tokenizer,
                 [f" {i + 1}" for i in range(len(states))],
                 owner="critic LLMVoteEvaluator",
+                answer_prefix=ANSWER_PREFIX,
             )
             self._labels[len(states)] = labels
-        ids = encode_chat(
-            self.tokenizer, self.messages(task_history, states), self.max_prompt_tokens
-        )
-        return labels(self.model, ids + self.answer_ids, self.prefix_cache)
+        messages = self.messages(task_history, states)
+        return labels(self.model, messages, self.max_prompt_tokens, self.prefix_cache)
 
     def evaluate(self, task_history: History, states: Sequence[History]) -> list[float]:
         if not states:
@@ -362,8 +240,7 @@ def render_state(
     observation = state.observation.strip()
     if max_observation_chars is not None and len(observation) > max_observation_chars:
         observation = observation[:max_observation_chars] + " ..."
-    shown = state.previous[max(0, len(state.previous) - max_previous) :]
-    commands = "\n".join(parse_composite(a).command or "(no command)" for a in shown)
-    parts = [f"Commands so far:\n{commands}"] if commands else []
+    previous = commands_so_far([parse_composite(a).command for a in state.previous], max_previous)
+    parts = [previous] if previous else []
     parts.append(f"Current observation:\n{observation}")
     return "\n\n".join(parts)

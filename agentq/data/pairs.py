@@ -1,4 +1,4 @@
-"""Step-level preference pairs from search trees (Agent Q, §4 of DESIGN.md).
+"""Step-level preference pairs from search trees (Agent Q, docs/method.md §4).
 
 At every node with two or more expanded children, every pair of children
 (a_i, a_j) whose blended values (Eq. 10) differ by at least theta gives a pair
@@ -11,35 +11,12 @@ sibling, as in CPO (Zhang et al. 2024, arXiv 2406.09136), still gated by theta.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from itertools import combinations
-from typing import Any
+from typing import ClassVar
 
-from agentq.agent.prompt import Messages
-from agentq.search.tree import SearchResult, Tree
-
-
-@dataclass
-class StepPair:
-    """(h, a_w, a_l) with what training needs: the exact generated token ids and
-    the collecting policy's log-probs (the logged reference)."""
-
-    task_id: Any
-    node_id: int
-    prompt: Messages
-    chosen: str
-    rejected: str
-    chosen_ids: list[int]
-    rejected_ids: list[int]
-    chosen_logprob: float
-    rejected_logprob: float
-    q_chosen: float
-    q_rejected: float
-    visits_chosen: int
-    visits_rejected: int
-
-    def to_dict(self) -> dict:
-        return asdict(self)
+from agentq.records.examples import PREFERENCE, StepPair
+from agentq.records.tree import SearchResult, Tree
 
 
 @dataclass(frozen=True)
@@ -59,7 +36,7 @@ class StepPairBuilder:
         if self.min_visits < 0:
             raise ValueError(f"pairs.min_visits must be >= 0, got {self.min_visits}")
 
-    kind = "preference"  # what it builds (the objective must train on the same kind)
+    kind: ClassVar[str] = PREFERENCE  # what it builds (the objective must train on the same kind)
 
     def from_search(self, result: SearchResult, policy=None) -> list[StepPair]:
         return self(result.tree)

@@ -1,4 +1,4 @@
-"""RFT examples: the successful trajectories of a search (Agent Q's RFT baseline, DESIGN §4).
+"""RFT examples: the successful trajectories of a search (Agent Q's RFT baseline, docs/method.md §4).
 
 Rejection-sampling fine-tuning imitates whatever the search found that worked:
 every successful trajectory, once per distinct command sequence (MCTS records a
@@ -8,29 +8,12 @@ terminal node repeat one), every step with loss.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from agentq.data.examples import SFTExample, segments_of
-from agentq.data.trajectory import Trajectory
-from agentq.search.tree import SearchResult
-
-
-def commands(trajectory: Trajectory) -> tuple[str, ...]:
-    return tuple(s.command for s in trajectory.steps)
-
-
-def distinct(trajectories: Sequence[Trajectory]) -> list[tuple[int, Trajectory]]:
-    """(index, trajectory) of the first trajectory of each command sequence, in order."""
-    seen: set[tuple[str, ...]] = set()
-    kept = []
-    for i, trajectory in enumerate(trajectories):
-        key = commands(trajectory)
-        if key not in seen:
-            seen.add(key)
-            kept.append((i, trajectory))
-    return kept
+from agentq.records.examples import SFT, SFTExample, segments_of
+from agentq.records.trajectory import distinct
+from agentq.records.tree import SearchResult
 
 
 @dataclass(frozen=True)
@@ -40,7 +23,7 @@ class SuccessfulTrajectories:
         below 1); None: every success.
     """
 
-    kind: ClassVar[str] = "sft"
+    kind: ClassVar[str] = SFT
 
     min_reward: float | None = None
 

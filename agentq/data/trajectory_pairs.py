@@ -1,6 +1,6 @@
 """Trajectory pairs: a successful against a failed trajectory of one task.
 
-Agent Q's outcome-only baseline ("trajectory DPO", DESIGN §4): DPO on whole
+Agent Q's outcome-only baseline ("trajectory DPO", docs/method.md §4): DPO on whole
 trajectories, log π(τ) = Σ_t log π(a_t | h_t), with no step-level credit. A
 pair is a successful trajectory (chosen) and a failed one (rejected) of the same
 search whose returns differ by at least ``min_gap`` (and by more than 0).
@@ -17,9 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from agentq.data.examples import TrajectoryPair, segments_of
-from agentq.data.successes import distinct
-from agentq.search.tree import SearchResult
+from agentq.records.examples import PREFERENCE, TrajectoryPair, segments_of
+from agentq.records.trajectory import distinct
+from agentq.records.tree import SearchResult
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class TrajectoryPairBuilder:
     max_pairs_per_task: at most this many pairs per search (None: all).
     """
 
-    kind: ClassVar[str] = "preference"
+    kind: ClassVar[str] = PREFERENCE
 
     min_gap: float = 0.0
     max_pairs_per_task: int | None = 4

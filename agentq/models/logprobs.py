@@ -3,7 +3,7 @@
 DPO and SFT need ``log pi(y | x) = sum_t log softmax(z_t)[y_t]`` over the
 completion (action) tokens only (Agent Q, Eq. 1 and Eq. 5). A causal LM's
 forward computes logits for every position; with a 49,152-token vocabulary the
-prompt positions dominate time and memory (DESIGN §10). So the decoder runs on
+prompt positions dominate time and memory (docs/method.md §10). So the decoder runs on
 the whole sequence for hidden states, the rows that predict completion tokens
 are gathered, and only those go through the output embedding and log_softmax.
 
@@ -172,7 +172,7 @@ def segment_logprobs(
     """Summed log pi of sequences made of several (prompt, completion) segments.
 
     A trajectory's log-likelihood is the sum of its steps' log-likelihoods,
-    each step scored after its own prompt (DESIGN §2): segment ``i`` adds
+    each step scored after its own prompt (docs/method.md §2): segment ``i`` adds
     ``log pi(completion_ids[i] | prompt_ids[i])`` to sequence ``owner[i]``.
     Segments are sorted by length, so rows of similar length share a forward,
     and run ``rows_per_forward`` at a time through :func:`completion_logprobs`

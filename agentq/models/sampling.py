@@ -20,14 +20,25 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from agentq.models.constrained import CommandConstraint
 from agentq.models.prefix_cache import PrefixCache
+
+
+class DecodeConstraint(Protocol):
+    """Restricts the tokens each sample may draw; :class:`agentq.agent.constrained.CommandConstraint`
+    pins the COMMAND field onto the env's valid actions."""
+
+    def begin(self, k: int) -> None: ...
+    def mask(self, sample: int, step: int) -> Tensor | None: ...  # additive (V,) or None: free
+    def forced_token(self, sample: int, step: int) -> int | None: ...
+    def update(self, sample: int, token: int) -> None: ...
+    def exhausted(self, sample: int) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -74,7 +85,7 @@ def sample_k(
     top_p: float = 1.0,
     eos_token_ids: Collection[int],
     generator: torch.Generator | None = None,
-    constraint: CommandConstraint | None = None,
+    constraint: DecodeConstraint | None = None,
     prefix_cache: PrefixCache | None = None,
     jump_forward: bool = True,
 ) -> list[Sample]:
@@ -101,6 +112,79 @@ def sample_k(
     Returns:
         ``k`` samples, in draw order.
     """
+    _check_arguments(k, max_new_tokens, temperature, top_p, prompt_ids)
+    device = model.get_input_embeddings().weight.device
+    eos = torch.tensor(sorted(eos_token_ids), dtype=torch.long, device=device)  # (E,)
+
+    # One prefill (of the tokens not shared with the previous prompt); only
+    # the last position's logits are needed.
+    cache, last_logits = (prefix_cache or PrefixCache(enabled=False)).prefill(model, prompt_ids)
+    cache.batch_repeat_interleave(k)
+    logits = last_logits.float().expand(k, -1)  # (A, V), A = sequences still decoding
+    batch = _Batch.empty(k, max_new_tokens)
+
+    if constraint is not None:
+        constraint.begin(k)
+    step = 0  # index of the token being chosen
+    while True:
+        choice = logits if constraint is None else _constrain(logits, constraint, batch.alive, step)  # (A, V)
+        next_ids = _draw(choice, temperature, top_p, generator)  # (A,)
+        # Behaviour log-prob under the raw distribution, whatever was used to draw.
+        token_logp = torch.log_softmax(logits, dim=-1).gather(1, next_ids[:, None]).squeeze(1)
+        stopped = torch.isin(next_ids, eos)  # (A,)
+        batch.record(step, next_ids, token_logp, stopped)
+        if constraint is not None:
+            for row, sample in enumerate(batch.alive.tolist()):
+                constraint.update(sample, int(next_ids[row]))
+            cut = torch.tensor([constraint.exhausted(s) for s in batch.alive.tolist()], device=device)  # (A,)
+            stopped = stopped | cut
+        step += 1
+
+        if step == max_new_tokens or bool(stopped.all()):
+            break
+        if bool(stopped.any()):
+            keep = (~stopped).nonzero().squeeze(1)  # (A',)
+            cache.batch_select_indices(keep)
+            batch.alive, next_ids = batch.alive[keep.cpu()], next_ids[keep]
+        logits, step, done = _forward(model, cache, next_ids, batch, constraint if jump_forward else None, step, max_new_tokens)
+        if done:
+            break
+    return batch.samples(tokenizer)
+
+
+def _forward(
+    model: PreTrainedModel,
+    cache,
+    next_ids: Tensor,
+    batch: _Batch,
+    constraint: DecodeConstraint | None,
+    step: int,
+    max_new_tokens: int,
+) -> tuple[Tensor, int, bool]:
+    """Run the chosen tokens (A,) through the model: (next logits (A, V), next step, done).
+
+    Jump forward: when a lone sample's next tokens are forced (the rest of a command
+    the constraint pins down), they run in this same forward and are recorded here.
+    """
+    forced = []
+    if constraint is not None and len(batch.alive) == 1:
+        forced = _forced_run(constraint, int(batch.alive[0]), step, max_new_tokens)
+    if forced:
+        run = torch.cat([next_ids, torch.tensor(forced, dtype=torch.long, device=next_ids.device)])[None]  # (1, 1 + F)
+    else:
+        run = next_ids[:, None]  # (A, 1)
+    out = model(input_ids=run, past_key_values=cache, use_cache=True)
+    logits = out.logits[:, -1].float()  # (A, V)
+    if not forced:
+        return logits, step, False
+    sample = int(batch.alive[0])
+    scores = torch.log_softmax(out.logits[0, :-1].float(), dim=-1)  # (F, V)
+    batch.record_forced(sample, step, forced, scores.gather(1, run[0, 1:, None]).sum().cpu())
+    step += len(forced)
+    return logits, step, step == max_new_tokens or constraint.exhausted(sample)
+
+
+def _check_arguments(k: int, max_new_tokens: int, temperature: float, top_p: float, prompt_ids: Sequence[int]) -> None:
     if k < 1:
         raise ValueError(f"sample_k: k must be >= 1, got {k}")
     if max_new_tokens < 1:
@@ -112,90 +196,68 @@ def sample_k(
     if len(prompt_ids) == 0:
         raise ValueError("sample_k: prompt_ids is empty")
 
-    device = model.get_input_embeddings().weight.device
-    eos = torch.tensor(sorted(eos_token_ids), dtype=torch.long, device=device)  # (E,)
 
-    # One prefill (of the tokens not shared with the previous prompt); only
-    # the last position's logits are needed.
-    cache, last_logits = (prefix_cache or PrefixCache(enabled=False)).prefill(model, prompt_ids)
-    cache.batch_repeat_interleave(k)
-    logits = last_logits.float().expand(k, -1)  # (A, V), A = sequences still decoding
+def _draw(logits: Tensor, temperature: float, top_p: float, generator: torch.Generator | None) -> Tensor:
+    """Next token of each live row of ``logits`` (A, V) -> (A,): argmax when greedy, else a draw."""
+    if temperature == 0:
+        return logits.argmax(dim=-1)
+    probs = torch.softmax(logits / temperature, dim=-1)  # (A, V)
+    if top_p < 1:
+        probs = nucleus_filter(probs, top_p)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(1)
 
-    tokens = torch.zeros(k, max_new_tokens, dtype=torch.long)  # (K, N)
-    lengths = torch.zeros(k, dtype=torch.long)  # (K,)
-    logprobs = torch.zeros(k, dtype=torch.float32)  # (K,)
-    finished = torch.zeros(k, dtype=torch.bool)  # (K,)
-    alive = torch.arange(k)  # (A,) row of the batch -> sample index
 
-    if constraint is not None:
-        constraint.begin(k)
-    step = 0  # index of the token being chosen
-    while True:
-        choice = logits if constraint is None else _constrain(logits, constraint, alive, step)  # (A, V)
-        if temperature == 0:
-            next_ids = choice.argmax(dim=-1)  # (A,)
-        else:
-            probs = torch.softmax(choice / temperature, dim=-1)  # (A, V)
-            if top_p < 1:
-                probs = nucleus_filter(probs, top_p)
-            next_ids = torch.multinomial(probs, 1, generator=generator).squeeze(1)  # (A,)
-        # Behaviour log-prob under the raw distribution, whatever was used to draw.
-        token_logp = torch.log_softmax(logits, dim=-1).gather(1, next_ids[:, None]).squeeze(1)
-        stopped = torch.isin(next_ids, eos)  # (A,)
-        tokens[alive, step] = next_ids.cpu()
-        lengths[alive] += 1
-        logprobs[alive] += token_logp.cpu()
-        finished[alive] = stopped.cpu()
-        if constraint is not None:
-            for row, sample in enumerate(alive.tolist()):
-                constraint.update(sample, int(next_ids[row]))
-            cut = torch.tensor([constraint.exhausted(s) for s in alive.tolist()], device=device)  # (A,)
-            stopped = stopped | cut
-        step += 1
+@dataclass
+class _Batch:
+    """What each of the K samples has written so far; ``alive`` maps live rows to samples."""
 
-        if step == max_new_tokens or bool(stopped.all()):
-            break
-        if bool(stopped.any()):
-            keep = (~stopped).nonzero().squeeze(1)  # (A',)
-            cache.batch_select_indices(keep)
-            alive, next_ids = alive[keep.cpu()], next_ids[keep]
-        # Jump forward: when a lone sample's next tokens are forced (the rest of a
-        # command the constraint pins down), they run in this same forward.
-        forced = []
-        if jump_forward and constraint is not None and len(alive) == 1:
-            forced = _forced_run(constraint, int(alive[0]), step, max_new_tokens)
-        if forced:
-            run = torch.cat([next_ids, torch.tensor(forced, dtype=torch.long, device=device)])[None]  # (1, 1 + F)
-        else:
-            run = next_ids[:, None]  # (A, 1)
-        out = model(input_ids=run, past_key_values=cache, use_cache=True)
-        logits = out.logits[:, -1].float()  # (A, V)
-        if forced:
-            n, sample = len(forced), int(alive[0])
-            scores = torch.log_softmax(out.logits[0, :-1].float(), dim=-1)  # (F, V)
-            tokens[sample, step : step + n] = torch.tensor(forced)
-            lengths[sample] += n
-            logprobs[sample] += scores.gather(1, run[0, 1:, None]).sum().cpu()
-            step += n
-            if step == max_new_tokens or constraint.exhausted(sample):
-                break
+    tokens: Tensor  # (K, N)
+    lengths: Tensor  # (K,)
+    logprobs: Tensor  # (K,)
+    finished: Tensor  # (K,)
+    alive: Tensor  # (A,) row of the batch -> sample index
 
-    samples = []
-    for i in range(k):
-        ids = tokens[i, : lengths[i]].tolist()
-        text_ids = ids[:-1] if finished[i] else ids
-        samples.append(
-            Sample(
-                text=tokenizer.decode(text_ids, skip_special_tokens=True),
-                token_ids=tuple(ids),
-                logprob=float(logprobs[i]),
-                finished=bool(finished[i]),
-            )
+    @classmethod
+    def empty(cls, k: int, max_new_tokens: int) -> _Batch:
+        return cls(
+            tokens=torch.zeros(k, max_new_tokens, dtype=torch.long),
+            lengths=torch.zeros(k, dtype=torch.long),
+            logprobs=torch.zeros(k, dtype=torch.float32),
+            finished=torch.zeros(k, dtype=torch.bool),
+            alive=torch.arange(k),
         )
-    return samples
+
+    def record(self, step: int, next_ids: Tensor, token_logp: Tensor, stopped: Tensor) -> None:
+        """One token for every live row: ids (A,), their log-probs (A,), end tokens (A,)."""
+        self.tokens[self.alive, step] = next_ids.cpu()
+        self.lengths[self.alive] += 1
+        self.logprobs[self.alive] += token_logp.cpu()
+        self.finished[self.alive] = stopped.cpu()
+
+    def record_forced(self, sample: int, step: int, forced: list[int], logprob: Tensor) -> None:
+        """A lone sample's forced run, written from ``step`` on, with its summed log-prob."""
+        n = len(forced)
+        self.tokens[sample, step : step + n] = torch.tensor(forced)
+        self.lengths[sample] += n
+        self.logprobs[sample] += logprob
+
+    def samples(self, tokenizer: PreTrainedTokenizerBase) -> list[Sample]:
+        samples = []
+        for i in range(len(self.lengths)):
+            ids = self.tokens[i, : self.lengths[i]].tolist()
+            text_ids = ids[:-1] if self.finished[i] else ids
+            samples.append(
+                Sample(
+                    text=tokenizer.decode(text_ids, skip_special_tokens=True),
+                    token_ids=tuple(ids),
+                    logprob=float(self.logprobs[i]),
+                    finished=bool(self.finished[i]),
+                )
+            )
+        return samples
 
 
-def _forced_run(constraint: CommandConstraint, sample: int, step: int, max_new_tokens: int) -> list[int]:
+def _forced_run(constraint: DecodeConstraint, sample: int, step: int, max_new_tokens: int) -> list[int]:
     """The tokens ``sample`` is forced to write from ``step`` on (advancing the constraint past them)."""
     run: list[int] = []
     while step + len(run) < max_new_tokens and not constraint.exhausted(sample):
@@ -207,7 +269,7 @@ def _forced_run(constraint: CommandConstraint, sample: int, step: int, max_new_t
     return run
 
 
-def _constrain(logits: Tensor, constraint: CommandConstraint, alive: Tensor, step: int) -> Tensor:
+def _constrain(logits: Tensor, constraint: DecodeConstraint, alive: Tensor, step: int) -> Tensor:
     """``logits`` (A, V) plus each live sample's mask; rows without a mask are unchanged."""
     masks = [constraint.mask(sample, step) for sample in alive.tolist()]
     if all(m is None for m in masks):

@@ -29,7 +29,7 @@ constrained COMMAND decoding (a per-step logits mask over valid actions) and our
 
 Weights: one engine per process, built from the model's ``config._name_or_path``
 (a folder or hub id vLLM can load, e.g. the cached fp32 folder of the embedded
-GGUF model, DESIGN §11). Each :class:`VLLMSampler` pushes the current policy's
+GGUF model, docs/method.md §11). Each :class:`VLLMSampler` pushes the current policy's
 weights into it (after iteration i, the base model with adapters 1..i merged)
 through the in-process model runner: this needs ``tensor_parallel_size=1`` and
 ``VLLM_ENABLE_V1_MULTIPROCESSING=0``, and the attribute path

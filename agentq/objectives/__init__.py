@@ -1,6 +1,6 @@
 """Training objectives: pure loss modules on typed inputs."""
 
-from agentq.objectives.base import LossOutput, PreferenceLogps, SequenceLogps
+from agentq.objectives.base import LossOutput, Objective, PreferenceLogps, SequenceLogps
 from agentq.objectives.conservative import ConservativeDPOLoss
 from agentq.objectives.dpo import DPOLoss
 from agentq.objectives.ipo import IPOLoss
@@ -11,6 +11,7 @@ __all__ = [
     "DPOLoss",
     "IPOLoss",
     "LossOutput",
+    "Objective",
     "PreferenceLogps",
     "SFTLoss",
     "SequenceLogps",

@@ -8,17 +8,24 @@ trainer has no loss-specific branches.
 Each objective class also says what it trains on, so a run can refuse a
 config whose example builder and objective do not fit before any model loads:
 
-- ``kind``: ``"preference"`` (step pairs or trajectory pairs, input
-  :class:`PreferenceLogps`) or ``"sft"`` (trajectories to imitate, input
-  :class:`SequenceLogps`);
+- ``kind``: the kind of example it trains on (``agentq.records.examples.KINDS``),
+  which follows from the input its ``forward`` declares: :class:`PreferenceLogps`
+  (``"preference"``: step pairs or trajectory pairs) or :class:`SequenceLogps`
+  (``"sft"``: trajectories to imitate). :class:`Objective` reads it from there,
+  and training picks its batches by it;
 - ``needs_visits``: it weighs pairs by MCTS visit counts.
 """
 
 from __future__ import annotations
 
+import inspect
+import typing
 from dataclasses import dataclass
+from typing import ClassVar
 
-from torch import Tensor
+from torch import Tensor, nn
+
+from agentq.records.examples import PREFERENCE, SFT
 
 
 @dataclass
@@ -35,6 +42,8 @@ class PreferenceLogps:
     are read only by the objectives that need them.
     """
 
+    kind: ClassVar[str] = PREFERENCE  # what an objective on this input trains on
+
     policy_chosen: Tensor  # (B,) log π(y_w|x)
     policy_rejected: Tensor  # (B,) log π(y_l|x)
     reference_chosen: Tensor  # (B,) log π_ref(y_w|x)
@@ -48,6 +57,8 @@ class PreferenceLogps:
 @dataclass
 class SequenceLogps:
     """Summed log-probs of the trained tokens of B examples (SFT)."""
+
+    kind: ClassVar[str] = SFT
 
     policy: Tensor  # (B,) Σ log π(y_t | y_<t, x) over the tokens that carry loss
     num_tokens: Tensor  # (B,) how many tokens that sum covers (>= 1)
@@ -83,3 +94,32 @@ def log_ratios(logps: PreferenceLogps) -> tuple[Tensor, Tensor]:
     chosen = logps.policy_chosen - logps.reference_chosen.detach()  # (B,)
     rejected = logps.policy_rejected - logps.reference_rejected.detach()  # (B,)
     return chosen, rejected
+
+
+INPUTS = (PreferenceLogps, SequenceLogps)
+
+
+class Objective(nn.Module):
+    """Base of the objectives: a loss on one typed input, which ``forward``
+    declares (its first argument's annotation); the class's ``kind`` is that
+    input's, so an objective states what it trains on exactly once."""
+
+    kind: ClassVar[str]
+    needs_visits: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.kind = input_of(cls).kind
+
+
+def input_of(objective: type | object) -> type:
+    """The input type (one of :data:`INPUTS`) an objective's ``forward`` declares."""
+    cls = objective if isinstance(objective, type) else type(objective)
+    first = next(iter(list(inspect.signature(cls.forward).parameters)[1:]), None)
+    declared = typing.get_type_hints(cls.forward).get(first) if first else None
+    if declared not in INPUTS:
+        raise TypeError(
+            f"{cls.__name__}.forward must take one of {[t.__name__ for t in INPUTS]} "
+            f"(its first argument's annotation), got {declared!r}"
+        )
+    return declared

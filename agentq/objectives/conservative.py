@@ -30,9 +30,9 @@ from __future__ import annotations
 from typing import ClassVar
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
-from agentq.objectives.base import LossOutput, PreferenceLogps, log_ratios
+from agentq.objectives.base import LossOutput, Objective, PreferenceLogps, log_ratios
 from agentq.objectives.dpo import smoothed_sigmoid_loss
 
 
@@ -47,7 +47,7 @@ def visit_label_smoothing(chosen_visits: Tensor, rejected_visits: Tensor, max_la
     return eps.clamp(max=max_label_smoothing)
 
 
-class ConservativeDPOLoss(nn.Module):
+class ConservativeDPOLoss(Objective):
     """Conservative MCTS-DPO (Xie et al. 2024): cDPO with ε from visit counts.
 
     Args:
@@ -56,7 +56,6 @@ class ConservativeDPOLoss(nn.Module):
             do not favour the winner (N_w <= N_l) get exactly this ε.
     """
 
-    kind: ClassVar[str] = "preference"
     needs_visits: ClassVar[bool] = True
 
     def __init__(self, beta: float = 0.1, max_label_smoothing: float = 0.4) -> None:

@@ -35,12 +35,9 @@ from __future__ import annotations
 from typing import ClassVar
 
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
-# The input and output types lived here first; importing them from this module still works.
-from agentq.objectives.base import LossOutput, PreferenceLogps, log_ratios
-
-__all__ = ["DPOLoss", "LossOutput", "PreferenceLogps", "smoothed_sigmoid_loss"]
+from agentq.objectives.base import LossOutput, Objective, PreferenceLogps, log_ratios
 
 
 def smoothed_sigmoid_loss(logits: Tensor, label_smoothing: Tensor | float) -> Tensor:
@@ -55,7 +52,7 @@ def smoothed_sigmoid_loss(logits: Tensor, label_smoothing: Tensor | float) -> Te
     return losses
 
 
-class DPOLoss(nn.Module):
+class DPOLoss(Objective):
     """Step DPO (Agent Q, Eq. 5) and trajectory DPO, with optional cDPO label smoothing.
 
     Args:
@@ -65,7 +62,6 @@ class DPOLoss(nn.Module):
             label is flipped. Must lie in [0, 0.5); 0 gives plain DPO.
     """
 
-    kind: ClassVar[str] = "preference"
     needs_visits: ClassVar[bool] = False
 
     def __init__(self, beta: float = 0.1, label_smoothing: float = 0.0) -> None:

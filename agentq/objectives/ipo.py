@@ -20,12 +20,10 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from torch import nn
-
-from agentq.objectives.base import LossOutput, PreferenceLogps, log_ratios
+from agentq.objectives.base import LossOutput, Objective, PreferenceLogps, log_ratios
 
 
-class IPOLoss(nn.Module):
+class IPOLoss(Objective):
     """IPO (Azar et al. 2023, Eq. 17) on step or trajectory pairs.
 
     Args:
@@ -33,7 +31,6 @@ class IPOLoss(nn.Module):
         length_normalize: divide each log-ratio by its token count (TRL's IPO).
     """
 
-    kind: ClassVar[str] = "preference"
     needs_visits: ClassVar[bool] = False
 
     def __init__(self, beta: float = 0.1, length_normalize: bool = False) -> None:

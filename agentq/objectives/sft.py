@@ -27,15 +27,12 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from torch import nn
-
-from agentq.objectives.base import LossOutput, SequenceLogps
+from agentq.objectives.base import LossOutput, Objective, SequenceLogps
 
 
-class SFTLoss(nn.Module):
+class SFTLoss(Objective):
     """Token-mean NLL on the trained tokens (RFT and Agent-R's masked SFT)."""
 
-    kind: ClassVar[str] = "sft"
     needs_visits: ClassVar[bool] = False
 
     def forward(self, logps: SequenceLogps) -> LossOutput:

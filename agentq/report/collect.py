@@ -1,6 +1,6 @@
 """Read run directories into plain records for the report.
 
-A run directory is what ``agentq.loop.run`` leaves (see ``agentq.data.buffer``):
+A run directory is what ``agentq.loop.run`` leaves (see :mod:`agentq.layout`):
 ``config.yaml``, ``summary.json``, ``iter_XXX/collect/task_*.json`` and, under
 Hydra, ``.hydra/overrides.yaml``. A multirun directory holds one job directory per
 sweep point (``0/``, ``1/``, ...) beside Hydra's ``multirun.yaml``.
@@ -21,10 +21,9 @@ from typing import Any
 
 import yaml
 
-# agentq.evaluate.MODES that the report plots (this module must not import torch).
-MODES = ("zero_shot", "committed", "verifier")
-# Summaries written before the committed mode named the verifier mode "search".
-LEGACY_MODE_NAMES = {"verifier": "search"}
+from agentq.layout import TASK_GLOB, RunLayout
+from agentq.modes import LEGACY_NAMES
+
 # Keys whose values differ between any two runs and mean nothing for a comparison.
 IGNORED_CONFIG_KEYS = ("paths.run_dir", "resume", "hydra")
 
@@ -112,7 +111,7 @@ def eval_metric(iteration: dict[str, Any] | None, mode: str, key: str) -> float 
     if not iteration:
         return None
     evaluated = iteration.get("eval") or {}
-    value = evaluated.get(mode, evaluated.get(LEGACY_MODE_NAMES.get(mode, mode), {})).get(key)
+    value = evaluated.get(mode, evaluated.get(LEGACY_NAMES.get(mode, mode), {})).get(key)
     return None if value is None else float(value)
 
 
@@ -130,9 +129,8 @@ def short_key(key: str) -> str:
 
 
 def is_run_dir(path: Path) -> bool:
-    return any(
-        (path / name).exists() for name in ("summary.json", "config.yaml", ".hydra", "refused.txt")
-    )
+    layout = RunLayout(path)
+    return any(p.exists() for p in (layout.summary, layout.config, path / ".hydra", layout.refused))
 
 
 def load_study(path: str | Path) -> Study:
@@ -166,16 +164,17 @@ def _job_order(path: Path) -> tuple:
 
 
 def load_run(path: Path, name: str) -> Run:
-    config = _read_yaml(path / "config.yaml") or _read_yaml(path / ".hydra" / "config.yaml") or {}
+    layout = RunLayout(path)
+    config = _read_yaml(layout.config) or _read_yaml(path / ".hydra" / "config.yaml") or {}
     overrides = parse_overrides(_read_yaml(path / ".hydra" / "overrides.yaml") or [])
-    summary = _read_json(path / "summary.json")
+    summary = _read_json(layout.summary)
     note = ""
-    if (path / "refused.txt").exists():
-        note = (path / "refused.txt").read_text().strip()
+    if layout.refused.exists():
+        note = layout.refused.read_text().strip()
     if summary is not None and not isinstance(summary.get("iterations"), list):
         summary, note = None, "summary.json has no iterations list"
     if summary is None:
-        status = "refused" if (path / "refused.txt").exists() else "no summary"
+        status = "refused" if layout.refused.exists() else "no summary"
     else:
         wanted = config.get("iterations")
         evaluates = any((config.get("eval") or {}).get(flag, True) for flag in ("zero_shot", "search"))
@@ -268,9 +267,8 @@ def wandb_run_ids(path: Path) -> list[str]:
 
 def last_collect_trees(run: Run) -> list[Path]:
     """The search-result files of the run's last iteration that collected any."""
-    iterations = sorted(run.path.glob("iter_*/collect"), reverse=True)
-    for folder in iterations:
-        files = sorted(folder.glob("task_*.json"))
+    for folder in RunLayout(run.path).collect_folders():
+        files = sorted(folder.glob(TASK_GLOB))
         if files:
             return files
     return []

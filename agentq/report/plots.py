@@ -12,8 +12,9 @@ from collections import defaultdict
 
 from matplotlib.figure import Figure
 
-from agentq.report.collect import MODES, Study, eval_metric, num_pairs, short_key
-from agentq.report.tables import MODE_NAMES, phases, train_accuracy
+from agentq.modes import PLOTTED, TITLES
+from agentq.report.collect import Study, eval_metric, num_pairs, short_key
+from agentq.report.tables import phases, train_accuracy
 
 METRICS = {"success_rate": "success rate", "avg_reward": "average reward"}
 
@@ -48,11 +49,11 @@ def _integer_ticks(ax, iterations: set[int]) -> None:
 
 def learning_curves(study: Study) -> Figure:
     """Success rate and average reward per iteration, zero-shot and with search: a line per run."""
-    fig = Figure(figsize=(5 * len(MODES), 6.5), layout="constrained")
-    axes = fig.subplots(2, len(MODES), sharex=True, squeeze=False)
+    fig = Figure(figsize=(5 * len(PLOTTED), 6.5), layout="constrained")
+    axes = fig.subplots(2, len(PLOTTED), sharex=True, squeeze=False)
     runs = [r for r in study.runs if r.ok]
     for row, (metric, metric_name) in enumerate(METRICS.items()):
-        for col, mode in enumerate(MODES):
+        for col, mode in enumerate(PLOTTED):
             ax = axes[row][col]
             for run in runs:
                 points = [
@@ -63,7 +64,7 @@ def learning_curves(study: Study) -> Figure:
                 if points:
                     xs, ys = zip(*points, strict=True)
                     ax.plot(xs, ys, marker="o", label=study.label(run))
-            ax.set_title(f"{MODE_NAMES[mode]}: {metric_name}", fontsize=10)
+            ax.set_title(f"{TITLES[mode]}: {metric_name}", fontsize=10)
             ax.set_ylim(-0.05, 1.05)
             ax.grid(alpha=0.3)
             if row == 1:
@@ -99,8 +100,8 @@ def sweep_figure(study: Study) -> Figure | None:
             ax.set_xticks(range(len(categories)), categories, rotation=20, fontsize=8)
         else:
             xs = numbers
-        offsets = [0.02 * (i - (len(MODES) - 1) / 2) for i in range(len(MODES))]
-        for offset, mode in zip(offsets, MODES, strict=True):
+        offsets = [0.02 * (i - (len(PLOTTED) - 1) / 2) for i in range(len(PLOTTED))]
+        for offset, mode in zip(offsets, PLOTTED, strict=True):
             ys = [eval_metric(r.final(), mode, "success_rate") for r in runs]
             pts = [(x, y) for x, y in zip(xs, ys, strict=True) if y is not None]
             if not pts:
@@ -115,7 +116,7 @@ def sweep_figure(study: Study) -> Figure | None:
                 mean_x,
                 [sum(by_x[x]) / len(by_x[x]) for x in mean_x],
                 color=dots.get_facecolor()[0],
-                label=MODE_NAMES[mode],
+                label=TITLES[mode],
             )
         ax.set_xlabel(f"{short_key(key)} ({key})" if short_key(key) != key else key)
         ax.set_ylabel("final success rate")

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentq.intervals import wilson_interval
+from agentq.modes import PLOTTED, TITLES
 from agentq.report.collect import (
-    MODES,
     Run,
     Study,
     eval_metric,
@@ -24,8 +24,7 @@ from agentq.report.collect import (
 )
 
 MISSING = "-"
-PHASES = ("collect", "train", "eval_zero_shot", "eval_committed", "eval_verifier")  # the loop's phase_timer names
-MODE_NAMES = {"zero_shot": "zero-shot", "committed": "search (committed)", "verifier": "search (verifier, upper bound)"}
+PHASES = ("collect", "train", *(f"eval_{mode}" for mode in PLOTTED))  # the loop's phase names (RunBook.phase)
 
 
 def fmt(value: Any, digits: int = 3) -> str:
@@ -73,15 +72,15 @@ def status_text(run: Run) -> str:
 def runs_table(study: Study) -> Table:
     """One row per run: its swept values, then the final iteration's results."""
     columns = ["run", "status", *(short_key(k) for k in study.swept), "iteration"]
-    for mode in MODES:
-        columns += [f"{MODE_NAMES[mode]} success", f"{MODE_NAMES[mode]} reward"]
+    for mode in PLOTTED:
+        columns += [f"{TITLES[mode]} success", f"{TITLES[mode]} reward"]
     columns += ["pairs (all iterations)", "wall s"]
     rows = []
     for run in study.runs:
         final = run.final()
         row = [run.name, status_text(run), *(run.overrides.get(k, MISSING) for k in study.swept)]
         row.append(fmt(final.get("iteration")) if final else MISSING)
-        for mode in MODES:
+        for mode in PLOTTED:
             row += [
                 success_cell(eval_metric(final, mode, "success_rate"), eval_metric(final, mode, "num_tasks")),
                 fmt(eval_metric(final, mode, "avg_reward")),
@@ -110,7 +109,7 @@ def oracle_rows(study: Study, width: int) -> list[list[str]]:
         env = f"{str(oracle.get('env', '')).rpartition('/')[2]}, " if several_envs else ""
         label = f"scripted oracle ({env}{oracle.get('split')}, {oracle.get('max_steps')} steps)"
         row = [label, f"oracle, {oracle.get('num_tasks')} tasks"] + [MISSING] * (len(study.swept) + 1)
-        for mode in MODES:
+        for mode in PLOTTED:
             if mode == "zero_shot":
                 success = success_cell(oracle.get("success_rate"), oracle.get("num_tasks"))
                 row += [success, fmt(oracle.get("avg_reward"))]
@@ -133,14 +132,14 @@ def iterations_table(study: Study) -> Table:
     """One row per (run, iteration): evaluation, pairs, training and phase times."""
     timed = phases(study)
     columns = ["run", "iteration"]
-    for mode in MODES:
-        columns += [f"{MODE_NAMES[mode]} success", f"{MODE_NAMES[mode]} reward"]
+    for mode in PLOTTED:
+        columns += [f"{TITLES[mode]} success", f"{TITLES[mode]} reward"]
     columns += ["pairs", "train loss", "train accuracy", *(f"{p} s" for p in timed)]
     rows = []
     for run in study.runs:
         for it in run.iterations:
             row = [run.name, fmt(it.get("iteration"))]
-            for mode in MODES:
+            for mode in PLOTTED:
                 row += [
                     fmt(eval_metric(it, mode, "success_rate")),
                     fmt(eval_metric(it, mode, "avg_reward")),

@@ -4,7 +4,7 @@ Report objects are built and validated offline: the spec is converted to the
 view model that ``Report.save()`` would upload (every block and panel goes
 through the library's own conversion, and the result reloads), and written to
 ``wandb_report.json``. ``save()`` needs a server, so it is called only when an API
-key is set and the server answers (DESIGN §11).
+key is set and the server answers (docs/method.md §11).
 
 The runset selects the runs by their W&B ids, read from the run directories'
 ``wandb/*run-<time>-<id>`` folders (the loop's WandbLogger leaves them, online or
@@ -20,8 +20,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from agentq.report.collect import MODES, Study, short_key
-from agentq.report.tables import MODE_NAMES, runs_table
+from agentq.modes import PLOTTED, TITLES
+from agentq.report.collect import Study, short_key
+from agentq.report.tables import runs_table
 
 
 def _wr():
@@ -63,7 +64,7 @@ def build_report(study: Study, *, entity: str = "", project: str | None = None):
     )
     panels = [
         wr.LinePlot(
-            title=f"{MODE_NAMES[mode]} {name}",
+            title=f"{TITLES[mode]} {name}",
             x="iteration",
             y=[f"eval/{mode}/{metric}"],
             range_y=(0.0, 1.0),
@@ -72,7 +73,7 @@ def build_report(study: Study, *, entity: str = "", project: str | None = None):
         for row, (metric, name) in enumerate(
             (("success_rate", "success"), ("avg_reward", "reward"))
         )
-        for col, mode in enumerate(MODES)
+        for col, mode in enumerate(PLOTTED)
     ]
     if study.swept:
         columns = [
@@ -82,13 +83,13 @@ def build_report(study: Study, *, entity: str = "", project: str | None = None):
         columns += [
             wr.ParallelCoordinatesPlotColumn(
                 metric=wr.SummaryMetric(f"eval/{mode}/success_rate"),
-                display_name=f"{MODE_NAMES[mode]} success",
+                display_name=f"{TITLES[mode]} success",
             )
-            for mode in MODES
+            for mode in PLOTTED
         ]
         panels.append(
             wr.ParallelCoordinatesPlot(
-                title="sweep", columns=columns, layout=wr.Layout(x=8 * len(MODES), y=0, w=8, h=12)
+                title="sweep", columns=columns, layout=wr.Layout(x=8 * len(PLOTTED), y=0, w=8, h=12)
             )
         )
     text = [

@@ -26,11 +26,11 @@ import torch
 
 from agentq.agent import episode as ep
 from agentq.agent.policy import Policy, forget_prompts
-from agentq.agent.prompt import History
-from agentq.data.trajectory import Step, Trajectory
+from agentq.records.history import History
+from agentq.records.trajectory import Step, Trajectory
+from agentq.records.tree import Node, SearchResult, SearchStats
 from agentq.search.mcts import MCTS, Critic
 from agentq.search.position import path_steps
-from agentq.search.tree import Node, SearchResult
 
 
 def committed_episode(
@@ -44,12 +44,13 @@ def committed_episode(
     max_steps: int,
     dense_reward: bool = False,
     generator: torch.Generator | None = None,
-) -> tuple[Trajectory, dict[str, float]]:
+) -> tuple[Trajectory, SearchStats]:
     """One episode of at most ``max_steps`` real steps, each chosen by a search.
 
     ``judge`` values a state without the env's reward: ``judge.evaluate(task, [state])``
     (a :class:`~agentq.critic.value.StateEvaluator`). ``search.max_depth`` is the
-    lookahead of each step's search, cut to the steps the episode has left.
+    lookahead of each step's search, cut to the steps the episode has left. The
+    stats are the searches' summed, plus the real steps in ``env_steps`` and ``searches``.
     """
     forget_prompts(policy, critic, judge)  # prompt caches live for this episode only
     history = task = ep.start(env, task_id)
@@ -57,7 +58,7 @@ def committed_episode(
     def leaf_value(state: History) -> float:
         return judge.evaluate(task, [state])[0]
 
-    stats: dict[str, float] = {"policy_calls": 0, "critic_calls": 0, "judge_calls": 0, "env_steps": 0}
+    stats = SearchStats()
     steps: list[Step] = []
     commands: list[str] = []
     outcome = ep.Outcome(terminal=False, success=False, score=0.0)
@@ -67,18 +68,17 @@ def committed_episode(
             env, policy, critic, task_id=task_id, generator=generator,
             start=history, prefix=commands, leaf_value=leaf_value,
         )  # fmt: skip
-        for key in stats:
-            stats[key] += result.stats.get(key, 0)
+        stats.add(result.stats)
         edge = chosen_edge(result)
         _return_to(env, task_id, commands, result)
         history, reward, outcome = ep.step(env, history, edge.action, edge.command)
-        stats["env_steps"] += 1
+        stats.env_steps += 1
         step = path_steps(result.tree, edge)[-1]
         steps.append(dataclasses.replace(step, observation=history.observation, reward=reward))
         commands.append(edge.command)
         if outcome.terminal:
             break
-    stats["searches"] = len(steps)
+    stats.searches = len(steps)
     return outcome.trajectory(task_id, steps, dense_reward=dense_reward, source="committed"), stats
 
 

@@ -1,4 +1,4 @@
-"""Monte Carlo Tree Search guided by an AI critic (Agent Q, §3 of DESIGN.md).
+"""Monte Carlo Tree Search guided by an AI critic (Agent Q, docs/method.md §3).
 
 One simulation:
 
@@ -33,6 +33,7 @@ MCTS); they are kept as trajectories.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
@@ -41,11 +42,13 @@ import gymnasium as gym
 import torch
 
 from agentq.agent import episode
-from agentq.agent.policy import Candidate, Policy, forget_prompts
-from agentq.agent.prompt import History
-from agentq.data.trajectory import Step, Trajectory
-from agentq.search.position import Position, budget_spent, child_node, merge_duplicates, path_steps
-from agentq.search.tree import Node, SearchResult, Tree, ucb_score
+from agentq.agent.policy import Policy, forget_prompts
+from agentq.records.action import Candidate
+from agentq.records.history import History
+from agentq.records.trajectory import Step
+from agentq.records.tree import Node, SearchResult
+from agentq.search.position import child_node, merge_duplicates, path_steps
+from agentq.search.run import SearchRun
 
 LeafValue = Callable[[History], float]  # a state's value in [0, 1], judged without the env's reward
 
@@ -139,25 +142,24 @@ class MCTS:
         the state a simulation ended in, judged without the env's reward (the
         committed mode of :mod:`agentq.search.committed`).
         """
-        run = _Run(self, env, policy, critic, task_id, generator, start, prefix, leaf_value)
+        run = SearchRun(
+            env, task_id, alpha=self.alpha, max_policy_calls=self.max_policy_calls, start=start, prefix=prefix
+        )
+        simulation = _Simulation(self, run, env, policy, critic, generator, leaf_value)
         for _ in range(self.num_simulations):
-            if budget_spent(run.stats, self.max_policy_calls):
+            if run.budget_spent():
                 break
-            run.simulate()
+            simulation.simulate()
         return run.result()
 
 
-class _Run:
-    """The state of one search: the tree, the env position, counters."""
+class _Simulation:
+    """MCTS's own steps (selection, expansion, rollout, backpropagation) on a :class:`SearchRun`."""
 
-    def __init__(self, cfg: MCTS, env, policy, critic, task_id, generator, start, prefix, leaf_value) -> None:
-        self.cfg, self.env, self.policy, self.critic = cfg, env, policy, critic
-        self.task_id, self.generator, self.leaf_value = task_id, generator, leaf_value
-        self.tree = Tree(task_id=task_id, alpha=cfg.alpha)
-        self.trajectories: list[Trajectory] = []
-        self.stats = {"simulations": 0, "policy_calls": 0, "critic_calls": 0, "env_steps": 0, "restores": 0}
-        self.position = Position(env, task_id, self.tree, self.stats, prefix)
-        self.position.root(start)
+    def __init__(self, cfg: MCTS, run: SearchRun, env, policy, critic, generator, leaf_value) -> None:
+        self.cfg, self.run, self.env, self.policy, self.critic = cfg, run, env, policy, critic
+        self.generator, self.leaf_value = generator, leaf_value
+        self.tree, self.stats, self.position = run.tree, run.stats, run.position
 
     # -- one simulation -------------------------------------------------------
     def simulate(self) -> None:
@@ -177,7 +179,7 @@ class _Run:
             self.position.enter(node)
         self._backpropagate(node, self._value(node, rollout, outcome))
         self._record(node, rollout, outcome)
-        self.stats["simulations"] += 1
+        self.stats.simulations += 1
 
     def _value(self, node: Node, rollout: list[Step], outcome: episode.Outcome) -> float:
         """R of Eq. 8: the env's reward, or ``leaf_value`` of the state the simulation reached."""
@@ -186,7 +188,7 @@ class _Run:
         state = node.history
         for s in rollout:
             state = state.extend(s.action, s.observation, None)
-        self.stats["judge_calls"] = self.stats.get("judge_calls", 0) + 1
+        self.stats.judge_calls += 1
         return float(self.leaf_value(state))
 
     def _select(self, node: Node) -> Node:
@@ -196,13 +198,10 @@ class _Run:
 
     def _expand(self, node: Node) -> None:
         self.position.goto(node)
-        candidates = self.policy.propose(node.history, self.cfg.num_actions, generator=self.generator)
-        self.stats["policy_calls"] += 1
-        unique = merge_duplicates(candidates)
-        node.prompt = unique[0].prompt
+        unique = merge_duplicates(self.run.propose(self.policy, node, self.cfg.num_actions, self.generator))
         if len(unique) > 1 and self.cfg.use_critic:
             scores = self.critic.score(node.history, unique)
-            self.stats["critic_calls"] += 1
+            self.stats.critic_calls += 1
         else:
             scores = [1.0 if self.cfg.use_critic else 0.0] * len(unique)
         for candidate, score in zip(unique, scores, strict=True):
@@ -221,8 +220,8 @@ class _Run:
             greedy=self.cfg.greedy_rollouts,
             generator=self.generator,
         )
-        self.stats["policy_calls"] += len(steps)
-        self.stats["env_steps"] += len(steps)
+        self.stats.policy_calls += len(steps)
+        self.stats.env_steps += len(steps)
         self.position.lost()
         return steps, outcome
 
@@ -234,10 +233,12 @@ class _Run:
 
     def _record(self, node: Node, rollout: list[Step], outcome: episode.Outcome) -> None:
         steps = path_steps(self.tree, node)
-        self.trajectories.append(
-            outcome.trajectory(self.task_id, steps + rollout, dense_reward=self.cfg.dense_reward, source="mcts")
+        self.run.trajectories.append(
+            outcome.trajectory(self.run.task_id, steps + rollout, dense_reward=self.cfg.dense_reward, source="mcts")
         )
 
-    def result(self) -> SearchResult:
-        best = max(self.trajectories, key=lambda t: t.reward, default=None)
-        return SearchResult(tree=self.tree, trajectories=self.trajectories, best=best, stats=dict(self.stats))
+
+def ucb_score(child: Node, parent_visits: int, alpha: float, c_exp: float) -> float:
+    """Agent Q, Eq. 7: Q(h, a) + c_exp * sqrt(log N(h) / (1 + N(h, a))), Q from Eq. 10."""
+    exploration = math.sqrt(math.log(max(parent_visits, 1)) / (1 + child.visits))
+    return child.blended_q(alpha) + c_exp * exploration

@@ -1,6 +1,6 @@
 """Moving a real environment through a search tree, and reading tree paths back.
 
-Every search in :mod:`agentq.search` grows a :class:`~agentq.search.tree.Tree`
+Every search in :mod:`agentq.search` grows a :class:`~agentq.records.tree.Tree`
 whose nodes are environment states. They share three rules, kept here so the
 meaning is the same everywhere:
 
@@ -21,26 +21,27 @@ from typing import Any
 import gymnasium as gym
 
 from agentq.agent import episode
-from agentq.agent.policy import Candidate
-from agentq.agent.prompt import History
-from agentq.data.trajectory import Step, Trajectory
-from agentq.search.tree import Node, Tree
+from agentq.records.action import Candidate
+from agentq.records.history import History
+from agentq.records.trajectory import Step, Trajectory
+from agentq.records.tree import Node, SearchStats, Tree
+from envs.contract import can_snapshot
 
 
 class Position:
     """Where the env is in ``tree``, and how to move it to another node.
 
-    ``stats`` is the search's counter dict; ``env_steps`` (including replayed
-    steps) and ``restores`` are added to it.
+    ``stats`` are the search's counters; ``env_steps`` (including replayed
+    steps) and ``restores`` are added to them.
     """
 
     def __init__(
-        self, env: gym.Env, task_id: Any, tree: Tree, stats: dict[str, float], prefix: Sequence[str] = ()
+        self, env: gym.Env, task_id: Any, tree: Tree, stats: SearchStats, prefix: Sequence[str] = ()
     ) -> None:
         self.env, self.task_id, self.tree, self.stats = env, task_id, tree, stats
         self.prefix = tuple(prefix)  # commands from the task's reset to the root
         self.base = env.unwrapped
-        self.can_snapshot = hasattr(self.base, "snapshot") and hasattr(self.base, "restore")
+        self.can_snapshot = can_snapshot(env)
         self.at: int | None = None  # the node the env is in, None when unknown
 
     def root(self, history: History | None = None) -> Node:
@@ -59,14 +60,14 @@ class Position:
     def goto(self, node: Node) -> None:
         if self.at == node.id:
             return
-        self.stats["restores"] += 1
+        self.stats.restores += 1
         if node.snapshot is not None:
             self.base.restore(node.snapshot)
         else:  # reset and replay the command prefix
             self._reset()
             for n in self.tree.path(node)[1:]:
                 self.env.step(n.command)
-                self.stats["env_steps"] += 1
+                self.stats.env_steps += 1
         self.at = node.id
 
     def enter(self, node: Node, *, keep_snapshot: bool = True) -> None:
@@ -80,7 +81,7 @@ class Position:
         parent = self.tree.nodes[node.parent]
         self.goto(parent)
         history, reward, outcome = episode.step(self.env, parent.history, node.action, node.command)
-        self.stats["env_steps"] += 1
+        self.stats.env_steps += 1
         node.history, node.reward = history, reward
         node.terminal, node.success, node.score = outcome.terminal, outcome.success, outcome.score
         node.expanded_env = True
@@ -95,7 +96,7 @@ class Position:
         history = episode.start(self.env, self.task_id)
         for command in self.prefix:
             self.env.step(command)
-            self.stats["env_steps"] += 1
+            self.stats.env_steps += 1
         return history
 
     def _snapshot(self) -> Any:
@@ -150,8 +151,3 @@ def leaf_trajectory(tree: Tree, node: Node, *, dense_reward: bool, source: str) 
     (0 / the score so far when the search stopped before the episode ended)."""
     outcome = episode.Outcome(node.terminal, node.success, node.score)
     return outcome.trajectory(tree.task_id, path_steps(tree, node), dense_reward=dense_reward, source=source)
-
-
-def budget_spent(stats: dict[str, float], max_policy_calls: int | None) -> bool:
-    """Every search's ``max_policy_calls``: nothing new starts once it is reached."""
-    return max_policy_calls is not None and stats["policy_calls"] >= max_policy_calls

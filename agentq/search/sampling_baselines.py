@@ -31,15 +31,11 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import torch
 
-from agentq.agent.policy import Candidate, Policy, forget_prompts
-from agentq.search.position import (
-    Position,
-    budget_spent,
-    child_node,
-    leaf_trajectory,
-    merge_duplicates,
-)
-from agentq.search.tree import Node, SearchResult, Tree
+from agentq.agent.policy import Policy, forget_prompts
+from agentq.records.action import Candidate
+from agentq.records.tree import Node, SearchResult
+from agentq.search.position import child_node, leaf_trajectory, merge_duplicates
+from agentq.search.run import SearchRun
 
 
 @dataclass
@@ -74,8 +70,7 @@ class BestOfN:
         generator: torch.Generator | None = None,
     ) -> SearchResult:
         forget_prompts(policy, critic)
-        run = _Run(env, task_id, self.max_policy_calls)
-        trajectories = []
+        run = SearchRun(env, task_id, alpha=0.0, max_policy_calls=self.max_policy_calls)
         for _ in range(self.n):
             if run.budget_spent():
                 break
@@ -83,15 +78,12 @@ class BestOfN:
             node = run.root
             while not node.terminal and node.depth < self.max_depth and not run.budget_spent():
                 candidate = run.propose(policy, node, 1, generator)[0]
-                node = run.step(node, candidate)
-            trajectories.append(
+                node = _step(run, node, candidate)
+            run.trajectories.append(
                 leaf_trajectory(run.tree, node, dense_reward=self.dense_reward, source="best_of_n")
             )
-            run.stats["episodes"] += 1
-        best = max(trajectories, key=lambda t: t.reward, default=None)  # the first on a tie
-        return SearchResult(
-            tree=run.tree, trajectories=trajectories, best=best, stats=dict(run.stats)
-        )
+            run.stats.episodes += 1
+        return run.result()  # best: the first highest return
 
 
 @dataclass
@@ -126,7 +118,7 @@ class SelfConsistency:
         generator: torch.Generator | None = None,
     ) -> SearchResult:
         forget_prompts(policy, critic)
-        run = _Run(env, task_id, self.max_policy_calls)
+        run = SearchRun(env, task_id, alpha=0.0, max_policy_calls=self.max_policy_calls)
         node = run.root
         while not node.terminal and node.depth < self.max_depth and not run.budget_spent():
             candidates = run.propose(policy, node, self.n, generator)
@@ -134,19 +126,18 @@ class SelfConsistency:
             chosen = None
             for candidate in merge_duplicates(candidates):
                 if candidate.command == winner.command:
-                    chosen = run.step(node, winner, critic_score=shares[winner.command], kept=True)
+                    chosen = _step(run, node, winner, critic_score=shares[winner.command], kept=True)
                 else:  # a losing vote: recorded, never entered
                     run.tree.add(
                         child_node(node, candidate, shares[candidate.command])
                     ).kept = False
             node = chosen
-        run.stats["episodes"] = 1
+        run.stats.episodes = 1
         trajectory = leaf_trajectory(
             run.tree, node, dense_reward=self.dense_reward, source="self_consistency"
         )
-        return SearchResult(
-            tree=run.tree, trajectories=[trajectory], best=trajectory, stats=dict(run.stats)
-        )
+        run.trajectories.append(trajectory)
+        return run.result(trajectory)
 
 
 def majority_vote(candidates: Sequence[Candidate]) -> tuple[Candidate, dict[str, float]]:
@@ -161,47 +152,20 @@ def majority_vote(candidates: Sequence[Candidate]) -> tuple[Candidate, dict[str,
     return winner, {cmd: k / len(candidates) for cmd, k in counts.items()}
 
 
-class _Run:
-    """The tree, the env position and the counters of one baseline search."""
-
-    def __init__(self, env: gym.Env, task_id: Any, max_policy_calls: int | None) -> None:
-        self.max_policy_calls = max_policy_calls
-        self.tree = Tree(task_id=task_id, alpha=0.0)
-        self.stats = {
-            "policy_calls": 0,
-            "critic_calls": 0,
-            "env_steps": 0,
-            "restores": 0,
-            "episodes": 0,
-        }
-        self.position = Position(env, task_id, self.tree, self.stats)
-        self.root = self.position.root()
-
-    def budget_spent(self) -> bool:
-        return budget_spent(self.stats, self.max_policy_calls)
-
-    def propose(
-        self, policy: Policy, node: Node, k: int, generator: torch.Generator | None
-    ) -> list[Candidate]:
-        candidates = policy.propose(node.history, k, generator=generator)
-        self.stats["policy_calls"] += 1
-        node.prompt = node.prompt or candidates[0].prompt
-        return candidates
-
-    def step(
-        self,
-        node: Node,
-        candidate: Candidate,
-        *,
-        critic_score: float = 0.0,
-        kept: bool | None = None,
-    ) -> Node:
-        """Add the edge ``candidate`` under ``node`` and step the env into it."""
-        child = self.tree.add(child_node(node, candidate, critic_score))
-        child.kept = kept
-        # Only the root is ever returned to (best-of-N starts every episode there).
-        self.position.enter(child, keep_snapshot=False)
-        return child
+def _step(
+    run: SearchRun,
+    node: Node,
+    candidate: Candidate,
+    *,
+    critic_score: float = 0.0,
+    kept: bool | None = None,
+) -> Node:
+    """Add the edge ``candidate`` under ``node`` and step the env into it."""
+    child = run.tree.add(child_node(node, candidate, critic_score))
+    child.kept = kept
+    # Only the root is ever returned to (best-of-N starts every episode there).
+    run.position.enter(child, keep_snapshot=False)
+    return child
 
 
 def _check(n: int, max_depth: int, max_policy_calls: int | None) -> None:

@@ -1,4 +1,4 @@
-"""Tree of Thoughts search over environment states (Yao et al. 2023, arXiv 2305.10601; DESIGN §7).
+"""Tree of Thoughts search over environment states (Yao et al. 2023, arXiv 2305.10601; docs/method.md §7).
 
 A "thought" is a composite action and a state is the environment state it
 leads to: every candidate is stepped into (restoring the parent first, as in
@@ -13,7 +13,7 @@ MCTS), so the evaluator judges real observations, not imagined ones.
   backtrack when a branch ends (terminal, depth limit, every child pruned);
   stop at the first success or when the budget is spent.
 
-Every state is a :class:`~agentq.search.tree.Node` with ``critic_score`` = V in
+Every state is a :class:`~agentq.records.tree.Node` with ``critic_score`` = V in
 [0, 1] and ``kept`` = selected (True) or pruned (False). The tree has
 ``alpha = 0`` so its blended value (Agent Q, Eq. 10) is V, and
 :class:`~agentq.data.pairs.StepPairBuilder` turns it into CPO-style step pairs
@@ -51,14 +51,9 @@ import torch
 
 from agentq.agent.policy import Policy, forget_prompts
 from agentq.critic.value import StateEvaluator
-from agentq.search.position import (
-    Position,
-    budget_spent,
-    child_node,
-    leaf_trajectory,
-    merge_duplicates,
-)
-from agentq.search.tree import Node, SearchResult, Tree
+from agentq.records.tree import Node, SearchResult
+from agentq.search.position import child_node, leaf_trajectory, merge_duplicates
+from agentq.search.run import SearchRun
 
 
 @dataclass
@@ -97,19 +92,19 @@ class BFS:
         task_id: Any,
         generator: torch.Generator | None = None,
     ) -> SearchResult:
-        run = _Run(env, policy, critic, task_id, generator, self.num_actions, self.max_policy_calls)
-        frontier = [run.root]
+        tot = _ToT(env, policy, critic, task_id, generator, self.num_actions, self.max_policy_calls)
+        frontier = [tot.root]
         for _ in range(self.max_depth):
             level: list[Node] = []
             for node in frontier:
                 if node.terminal:
                     continue
-                if run.budget_spent():
+                if tot.run.budget_spent():
                     break
-                level += run.expand(node)
+                level += tot.expand(node)
             if not level:
                 break
-            run.evaluate(level)
+            tot.evaluate(level)
             # Python's sort is stable: equal values keep expansion order.
             ranked = sorted(level, key=lambda n: -n.critic_score)
             for i, node in enumerate(ranked):
@@ -117,8 +112,8 @@ class BFS:
             frontier = ranked[: self.breadth]
         # Branch ends: every terminal state and every kept state never expanded
         # (the final frontier, or where the budget stopped the search).
-        leaves = [n for n in run.tree.nodes[1:] if n.terminal or (n.kept and not n.children)]
-        return run.result(leaves, self.dense_reward, source="tot_bfs")
+        leaves = [n for n in tot.run.tree.nodes[1:] if n.terminal or (n.kept and not n.children)]
+        return tot.result(leaves, self.dense_reward, source="tot_bfs")
 
 
 @dataclass
@@ -165,7 +160,7 @@ class DFS:
         task_id: Any,
         generator: torch.Generator | None = None,
     ) -> SearchResult:
-        run = _Run(env, policy, critic, task_id, generator, self.num_actions, self.max_policy_calls)
+        tot = _ToT(env, policy, critic, task_id, generator, self.num_actions, self.max_policy_calls)
         visited: set[int] = set()
 
         def visit(node: Node) -> bool:
@@ -173,10 +168,10 @@ class DFS:
             visited.add(node.id)
             if node.terminal or node.depth >= self.max_depth:
                 return False  # a dead end: backtrack
-            if run.budget_spent() or run.stats["expansions"] >= self.max_nodes:
+            if tot.run.budget_spent() or tot.run.stats.expansions >= self.max_nodes:
                 return True
-            children = run.expand(node)
-            run.evaluate(children)
+            children = tot.expand(node)
+            tot.evaluate(children)
             for child in children:
                 child.kept = child.critic_score >= self.value_threshold
             if any(c.success for c in children):
@@ -186,77 +181,61 @@ class DFS:
                     return True
             return False
 
-        visit(run.root)
+        visit(tot.root)
 
         # Branch ends: every terminal state, and every visited state the search
         # turned back from without visiting a child (depth limit, all children
         # pruned, budget).
         def branch_end(n: Node) -> bool:
-            reached = [c for c in run.tree.children(n) if c.terminal or c.id in visited]
+            reached = [c for c in tot.run.tree.children(n) if c.terminal or c.id in visited]
             return n.terminal or (n.id in visited and not reached)
 
-        leaves = [n for n in run.tree.nodes[1:] if branch_end(n)]
-        return run.result(leaves, self.dense_reward, source="tot_dfs")
+        leaves = [n for n in tot.run.tree.nodes[1:] if branch_end(n)]
+        return tot.result(leaves, self.dense_reward, source="tot_dfs")
 
 
-class _Run:
-    """One ToT search: the tree, the env position, counters; BFS and DFS drive it."""
+class _ToT:
+    """ToT's own steps (expand into real states, evaluate them) on a :class:`SearchRun`;
+    BFS and DFS drive it."""
 
     def __init__(
         self, env, policy, evaluator, task_id, generator, num_actions, max_policy_calls
     ) -> None:
         self.policy, self.evaluator, self.generator = policy, evaluator, generator
         forget_prompts(policy, evaluator)
-        self.num_actions, self.max_policy_calls = num_actions, max_policy_calls
+        self.num_actions = num_actions
         # Eq. 10 with alpha = 0: a node's Q is the evaluator's V.
-        self.tree = Tree(task_id=task_id, alpha=0.0)
-        self.stats = {
-            "policy_calls": 0,
-            "critic_calls": 0,
-            "states_evaluated": 0,
-            "expansions": 0,
-            "env_steps": 0,
-            "restores": 0,
-        }
-        self.position = Position(env, task_id, self.tree, self.stats)
-        self.root = self.position.root()
+        self.run = SearchRun(env, task_id, alpha=0.0, max_policy_calls=max_policy_calls)
+        self.root = self.run.root
         self.root.kept = True
-
-    def budget_spent(self) -> bool:
-        return budget_spent(self.stats, self.max_policy_calls)
 
     def expand(self, node: Node) -> list[Node]:
         """Propose k candidates at ``node`` and step into each distinct command."""
-        self.position.goto(node)
-        candidates = self.policy.propose(node.history, self.num_actions, generator=self.generator)
-        self.stats["policy_calls"] += 1
-        self.stats["expansions"] += 1
-        unique = merge_duplicates(candidates)
-        node.prompt = unique[0].prompt
-        children = [self.tree.add(child_node(node, c)) for c in unique]
+        self.run.position.goto(node)
+        candidates = self.run.propose(self.policy, node, self.num_actions, self.generator)
+        self.run.stats.expansions += 1
+        children = [self.run.tree.add(child_node(node, c)) for c in merge_duplicates(candidates)]
         for child in children:
-            self.position.enter(child)
+            self.run.position.enter(child)
         return children
 
     def evaluate(self, states: list[Node]) -> None:
         """V for each state, judged against the task (the root's history)."""
         values = self.evaluator.evaluate(self.root.history, [n.history for n in states])
-        self.stats["critic_calls"] += 1
-        self.stats["states_evaluated"] += len(states)
+        self.run.stats.critic_calls += 1
+        self.run.stats.states_evaluated += len(states)
         for node, value in zip(states, values, strict=True):
             node.critic_score = float(value)
 
     def result(self, leaves: Iterable[Node], dense_reward: bool, source: str) -> SearchResult:
         ends = [
-            (n, leaf_trajectory(self.tree, n, dense_reward=dense_reward, source=source))
+            (n, leaf_trajectory(self.run.tree, n, dense_reward=dense_reward, source=source))
             for n in sorted(leaves, key=lambda n: n.id)
         ]
+        self.run.trajectories += [t for _, t in ends]
         # The best return; among equal returns the state the evaluator liked most (the first on a tie).
         best = max(ends, key=lambda e: (e[1].reward, e[0].critic_score), default=(None, None))[1]
-        trajectories = [t for _, t in ends]
-        return SearchResult(
-            tree=self.tree, trajectories=trajectories, best=best, stats=dict(self.stats)
-        )
+        return self.run.result(best)
 
 
 def _require(key: str, value: Any, ok: bool, rule: str) -> None:

@@ -2,13 +2,13 @@
 
 Every example kind becomes *sequences* made of *segments* (a prompt and a
 completion, one generated turn each): a sequence's log-probability is the sum
-of its segments' (DESIGN §2; ``agentq.data.examples``).
+of its segments' (docs/method.md §2; ``agentq.records.examples``).
 
 - A :class:`~agentq.data.pairs.StepPair` is two one-segment sequences (a_w and
   a_l after the same history h).
-- A :class:`~agentq.data.examples.TrajectoryPair` is two sequences of one
+- A :class:`~agentq.records.examples.TrajectoryPair` is two sequences of one
   segment per step.
-- An :class:`~agentq.data.examples.SFTExample` is one sequence of its
+- An :class:`~agentq.records.examples.SFTExample` is one sequence of its
   ``train=True`` segments only: a segment without loss needs no forward pass,
   its text is already context inside the prompts of the later steps.
 
@@ -30,9 +30,8 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from agentq.agent.policy import encode_chat
-from agentq.agent.prompt import Messages
-from agentq.data.examples import Segment, SFTExample, TrajectoryPair
-from agentq.data.pairs import StepPair
+from agentq.records.examples import Segment, SFTExample, StepPair, TrajectoryPair, common_kind
+from agentq.records.history import Messages
 
 log = logging.getLogger(__name__)
 
@@ -123,32 +122,13 @@ TOKENIZERS = {
     TrajectoryPair: tokenize_trajectory_pair,
     SFTExample: tokenize_sft,
 }
-KINDS = {StepPair: "preference", TrajectoryPair: "preference", SFTExample: "sft"}
-
-
-def example_kind(examples: Sequence[Example]) -> str:
-    """``"preference"`` or ``"sft"``; raises on an empty list, a mix, or an unknown type."""
-    if not examples:
-        raise ValueError("fit: no training examples")
-    types = {type(e) for e in examples}
-    unknown = types - set(KINDS)
-    if unknown:
-        raise TypeError(
-            f"fit: cannot train on {sorted(t.__name__ for t in unknown)}; "
-            f"examples must be {', '.join(t.__name__ for t in KINDS)}"
-        )
-    if len(types) > 1:
-        raise ValueError(
-            f"fit: examples mix {sorted(t.__name__ for t in types)}; train on one kind at a time"
-        )
-    return KINDS[types.pop()]
 
 
 class ExampleDataset(Dataset):
     """Examples tokenized once; SFT examples with no trained segment are dropped."""
 
     def __init__(self, examples: Sequence[Example], tokenizer, max_prompt_tokens: int) -> None:
-        example_kind(examples)
+        common_kind(examples)  # one kind of example, and a kind at all
         encoder = Encoder(tokenizer, max_prompt_tokens)
         tokenize = TOKENIZERS[type(examples[0])]
         items = [tokenize(e, encoder) for e in examples]

@@ -2,7 +2,7 @@
 
 Merging the adapter into the weights after each iteration makes "the model
 with the adapter disabled" equal the policy at the start of the next
-iteration, which is exactly Algorithm 1's pi_ref <- pi_i (DESIGN §5). Only the
+iteration, which is exactly Algorithm 1's pi_ref <- pi_i (docs/method.md §5). Only the
 adapter is written to disk; the policy of iteration i is the base model plus
 the adapters of iterations 1..i-1, merged in order.
 
@@ -75,7 +75,7 @@ import random
 import shutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import lightning as L
 import numpy as np
@@ -90,6 +90,8 @@ from lightning.pytorch.strategies.launchers import (
 from peft import LoraConfig, PeftModel, get_peft_model
 from torch import nn
 
+from agentq.objectives.base import PreferenceLogps, SequenceLogps
+from agentq.records.examples import PREFERENCE, common_kind
 from agentq.training.data import (
     Example,
     ExampleDataset,
@@ -97,12 +99,22 @@ from agentq.training.data import (
     collate_preferences,
     collate_sft,
     derive_seed,
-    example_kind,
 )
 from agentq.training.module import AdapterModule, PreferenceModule, SFTModule
 
-# What each kind of objective trains with: its LightningModule and its collator.
-PIPELINES = {"preference": (PreferenceModule, collate_preferences), "sft": (SFTModule, collate_sft)}
+
+class Pipeline(NamedTuple):
+    """What an objective trains with: the LightningModule that computes its input, and the collator."""
+
+    module: type[AdapterModule]
+    collate: Callable[[list[Any]], Any]
+
+
+# By the objective's kind, i.e. by the input its forward declares (agentq.objectives.base).
+PIPELINES = {
+    PreferenceLogps.kind: Pipeline(PreferenceModule, collate_preferences),
+    SequenceLogps.kind: Pipeline(SFTModule, collate_sft),
+}
 
 
 def fit(
@@ -139,11 +151,7 @@ def fit(
     if batch_size < 1:
         raise ValueError(f"trainer.batch_size must be >= 1, got {batch_size}")
     kind = check_compatible(examples, objective)
-    if kind == "preference" and gradient_checkpointing and shared_prefix:
-        raise ValueError(
-            "trainer.shared_prefix needs the prompt's KV cache, which gradient checkpointing "
-            "turns off: set trainer.gradient_checkpointing=false or trainer.shared_prefix=false"
-        )
+    check_shared_prefix(kind, gradient_checkpointing=gradient_checkpointing, shared_prefix=shared_prefix)
     # The ResumableLoader splits the data over ranks itself: Lightning must not swap its
     # sampler for a DistributedSampler (whose position it cannot checkpoint).
     lightning = with_strategy(lightning) | {"use_distributed_sampler": False}
@@ -168,33 +176,58 @@ def fit(
     in_workers = trains_in_workers(trainer)
     if in_workers:
         trainer.loggers = []  # logged from here after fit (see the module docstring)
-    torch.manual_seed(seed)  # LoRA A init
-    peft_model = get_peft_model(model, lora)
-    peft_model.train()
-    module_cls, collate = PIPELINES[kind]
-    options = {"use_logged_reference": use_logged_reference, "shared_prefix": shared_prefix} if kind == "preference" else {}
-    module: AdapterModule = module_cls(
-        peft_model, objective, optimizer, rows_per_forward=2 * batch_size,
-        gradient_checkpointing=gradient_checkpointing, **options
+    module = adapter_module(
+        model, lora, kind, objective, optimizer, seed=seed, rows_per_forward=2 * batch_size,
+        gradient_checkpointing=gradient_checkpointing, use_logged_reference=use_logged_reference,
+        shared_prefix=shared_prefix,
     )
+    peft_model: PeftModel = module.model
     # The order of an epoch depends on (seed, epoch) only, and the loader's position is
     # checkpointed: see "Resuming" in the module docstring.
-    loader = ResumableLoader(dataset, batch_size=batch_size, collate_fn=collate, seed=seed)
+    loader = ResumableLoader(dataset, batch_size=batch_size, collate_fn=PIPELINES[kind].collate, seed=seed)
     last = checkpoints / "last.ckpt"
     with worker_seed(seed) if in_workers else contextlib.nullcontext():
         trainer.fit(module, loader, ckpt_path=str(last) if last.exists() else None)
-    if history.exists():  # rank 0's record: the main process's module has not seen the workers' steps
-        module.history = json.loads(history.read_text())["history"]
-    if in_workers and loggers:
-        log_history(loggers, module.history)
+    take_history(module, history, loggers=loggers if in_workers else ())
     save_adapter(peft_model, out_dir / "adapter")
     shutil.rmtree(checkpoints, ignore_errors=True)  # the adapter is the durable result
     peft_model.eval()
     return peft_model, module.last_epoch_metrics()
 
 
-# The step-pair entry point this module started with.
-fit_preferences = fit
+def adapter_module(
+    model: nn.Module,
+    lora: LoraConfig,
+    kind: str,
+    objective: nn.Module,
+    optimizer: Callable[..., torch.optim.Optimizer],
+    *,
+    seed: int,
+    rows_per_forward: int,
+    gradient_checkpointing: bool,
+    use_logged_reference: bool,
+    shared_prefix: bool,
+) -> AdapterModule:
+    """A fresh LoRA adapter on ``model`` (its A matrices drawn from ``seed``), in
+    training mode, inside the LightningModule of ``kind``; ``.model`` is the peft model."""
+    torch.manual_seed(seed)  # LoRA A init
+    peft_model = get_peft_model(model, lora)
+    peft_model.train()
+    options = {"use_logged_reference": use_logged_reference, "shared_prefix": shared_prefix} if kind == PREFERENCE else {}
+    return PIPELINES[kind].module(
+        peft_model, objective, optimizer, rows_per_forward=rows_per_forward,
+        gradient_checkpointing=gradient_checkpointing, **options
+    )
+
+
+def take_history(module: AdapterModule, path: Path, *, loggers: Sequence[Any] | bool) -> None:
+    """Rank 0's per-step record at ``path`` becomes ``module.history`` (the main
+    process's module has not seen the workers' steps) and goes to ``loggers``
+    (pass them only when the workers trained: they log nothing themselves)."""
+    if path.exists():
+        module.history = json.loads(path.read_text())["history"]
+    if loggers:
+        log_history(loggers, module.history)
 
 # Rank 0's per-step metrics (combined over ranks) and the world size, in fit's out_dir.
 STEP_HISTORY = "train_steps.json"
@@ -269,7 +302,7 @@ def trains_in_workers(trainer: L.Trainer) -> bool:
         name = type(trainer.strategy).__name__
         raise ValueError(
             f"trainer.lightning.strategy: {name} starts its other ranks by re-executing the command line, "
-            "which would rerun the whole job (collection, evaluation) in each of them (DESIGN §11). "
+            "which would rerun the whole job (collection, evaluation) in each of them (docs/method.md §11). "
             "Use strategy ddp_spawn: trainer=ddp_cpu, or trainer=ddp_gpu"
         )
     if not isinstance(launcher, _MultiProcessingLauncher):
@@ -310,12 +343,13 @@ def log_history(loggers: Sequence[Any], history: Sequence[dict[str, float]]) -> 
 
 def check_compatible(examples: Sequence[Example], objective: nn.Module) -> str:
     """The examples' kind, after checking the objective trains on it (and has what it needs)."""
-    kind = example_kind(examples)
+    kind = common_kind(examples, context="fit")
     wants = getattr(objective, "kind", None)
     if wants not in PIPELINES:
         raise TypeError(
             f"fit: objective {type(objective).__name__} declares kind={wants!r}; "
-            f"an objective must set kind to one of {sorted(PIPELINES)}"
+            f"an objective must set kind to one of {sorted(PIPELINES)} (an "
+            "agentq.objectives.base.Objective takes it from the input its forward declares)"
         )
     if wants != kind:
         raise ValueError(
@@ -328,6 +362,15 @@ def check_compatible(examples: Sequence[Example], objective: nn.Module) -> str:
     ):
         raise ValueError("conservative_dpo needs MCTS visit counts: use pairs=step with search=mcts")
     return kind
+
+
+def check_shared_prefix(kind: str, *, gradient_checkpointing: bool, shared_prefix: bool) -> None:
+    """Batches of pairs reuse the prompt's KV cache with ``shared_prefix``, which checkpointing turns off."""
+    if kind == PREFERENCE and gradient_checkpointing and shared_prefix:
+        raise ValueError(
+            "trainer.shared_prefix needs the prompt's KV cache, which gradient checkpointing "
+            "turns off: set trainer.gradient_checkpointing=false or trainer.shared_prefix=false"
+        )
 
 
 def save_adapter(peft_model: PeftModel, path: Path) -> None:

@@ -4,7 +4,7 @@ Each computes the summed log-probs of its sequences once (Agent Q, Eq. 1: the
 joint likelihood of plan, thought, command and explanation; a trajectory's is
 the sum over its steps) and calls the configured objective; the objective's
 :meth:`~agentq.objectives.base.LossOutput.loss` is the batch loss. The
-reference is the policy at the start of the iteration (DESIGN §4): either the
+reference is the policy at the start of the iteration (docs/method.md §4): either the
 same network with the LoRA adapter disabled (no second copy in memory) or the
 log-probs the collecting policy logged in the replay buffer.
 """

@@ -25,7 +25,7 @@ import gymnasium as gym
 from gymnasium import spaces
 from playwright.sync_api import Error as PlaywrightError
 
-from envs import choose_task
+from envs.contract import choose_task, task_index
 from envs.opentable.actions import Action, parse_action
 from envs.opentable.browser import CHROMIUM, Browser, BrowserCrashed, Element, View
 from envs.opentable.catalog import Catalog, build_catalog
@@ -122,6 +122,7 @@ class OpenTableEnv(gym.Env[str, str]):
     """
 
     metadata = {"render_modes": []}
+    forkable = False  # it drives a browser in another process, which forked workers cannot share
 
     def __init__(
         self,
@@ -199,7 +200,7 @@ class OpenTableEnv(gym.Env[str, str]):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
-        task_id = choose_task(self, options, self.num_tasks, self.task_ids("train"))
+        task_id = choose_task(self, options, task_index(self.num_tasks))
         self._task = self.task(task_id)
         self.site.store.reset()
         try:

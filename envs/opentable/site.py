@@ -43,20 +43,49 @@ _PHONE = re.compile(r"^[0-9 ()+.\-]+$")
 
 
 def create_app(store: Store) -> Starlette:
-    async def home(request: Request) -> Response:
-        body = pages.home(store.featured(5), store.cuisines())
+    """The site over ``store``: the routes of :class:`_Site`, and an error page for
+    every HTTP error."""
+    return Starlette(routes=_Site(store).routes(), exception_handlers={HTTPException: _error_page})
+
+
+class _Site:
+    """The site's pages over one store; each ``async`` method is a route's endpoint."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/", self.home),
+            Route("/search", self.search),
+            Route("/r/{slug}", self.restaurant),
+            Route("/book", self.book_form, methods=["GET"]),
+            Route("/book", self.book, methods=["POST"]),
+            Route("/confirmation/{code}", self.confirmation),
+            Route("/consent", self.consent, methods=["POST"]),
+            Route("/promo", self.promo, methods=["POST"]),
+            Route("/guest", self.guest, methods=["POST"]),
+            Route("/signin", self.signin, methods=["GET", "POST"]),
+            Route("/help", _help_page),
+            Route("/about", _about),
+        ]
+
+    # -- finding and booking ------------------------------------------------------
+
+    async def home(self, request: Request) -> Response:
+        body = pages.home(self.store.featured(5), self.store.cuisines())
         return _render(request, "Home", body)
 
-    async def search(request: Request) -> Response:
+    async def search(self, request: Request) -> Response:
         query = request.query_params.get("q", "").strip()
-        rows = store.search(query)
+        rows = self.store.search(query)
         num_pages = math.ceil(len(rows) / PAGE_SIZE)
         page_no = min(max(_int(request.query_params.get("page"), 1), 1), max(num_pages, 1))
         shown = rows[(page_no - 1) * PAGE_SIZE : page_no * PAGE_SIZE]
         return _render(request, f"Search: {query}", pages.results(query, shown, page_no, num_pages))
 
-    async def restaurant(request: Request) -> Response:
-        r = _restaurant(request.path_params["slug"])
+    async def restaurant(self, request: Request) -> Response:
+        r = self._restaurant(request.path_params["slug"])
         q = request.query_params
         party = _int(q.get("party"), DEFAULT_PARTY)
         party = party if 1 <= party <= MAX_PARTY else DEFAULT_PARTY
@@ -64,30 +93,30 @@ def create_app(store: Store) -> Starlette:
         minutes = _int(q.get("time"), DEFAULT_TIME)
         minutes = minutes if minutes in TIMES else DEFAULT_TIME
         slots = [
-            (t, store.is_available(r, day, t, party))
+            (t, self.store.is_available(r, day, t, party))
             for t in TIMES
             if abs(t - minutes) <= SLOT_WINDOW
         ]
         dialog = None if PROMO in request.cookies else pages.promo_dialog(_here(request))
         return _render(request, r["name"], pages.restaurant(r, day, minutes, party, slots), dialog)
 
-    async def book_form(request: Request) -> Response:
-        r, day, minutes, party = _booking_params(request.query_params)
-        if not store.is_available(r, day, minutes, party):
+    async def book_form(self, request: Request) -> Response:
+        r, day, minutes, party = self._booking_params(request.query_params)
+        if not self.store.is_available(r, day, minutes, party):
             return _render(request, "Not available", pages.unavailable(r, _why(r, party)))
         dialog = None if GUEST in request.cookies else pages.signin_dialog(_here(request))
         body = pages.booking(r, day, minutes, party, {}, {})
         return _render(request, "Complete your reservation", body, dialog)
 
-    async def book(request: Request) -> Response:
+    async def book(self, request: Request) -> Response:
         form = await _form(request)
-        r, day, minutes, party = _booking_params(form)
+        r, day, minutes, party = self._booking_params(form)
         back = "/book?" + urlencode(
             {"r": r["slug"], "date": day.isoformat(), "time": minutes, "party": party}
         )
         if GUEST not in request.cookies:
             return RedirectResponse(back, status_code=303)
-        if not store.is_available(r, day, minutes, party):
+        if not self.store.is_available(r, day, minutes, party):
             return _render(request, "Not available", pages.unavailable(r, _why(r, party)))
         values = {
             k: str(form.get(k, "")).strip()
@@ -98,31 +127,33 @@ def create_app(store: Store) -> Starlette:
         if errors:
             body = pages.booking(r, day, minutes, party, values, errors)
             return _render(request, "Complete your reservation", body)
-        code = store.book(r["id"], day, minutes, party, values)
+        code = self.store.book(r["id"], day, minutes, party, values)
         return RedirectResponse(f"/confirmation/{code}", status_code=303)
 
-    async def confirmation(request: Request) -> Response:
-        v = store.reservation(request.path_params["code"])
+    async def confirmation(self, request: Request) -> Response:
+        v = self.store.reservation(request.path_params["code"])
         if v is None:
             raise HTTPException(404)
         return _render(request, "Reservation confirmed", pages.confirmation(v))
 
-    async def consent(request: Request) -> Response:
+    # -- the dialogs --------------------------------------------------------------
+
+    async def consent(self, request: Request) -> Response:
         form = await _form(request)
         return _dismiss(form.get("next"), CONSENT, str(form.get("choice", "reject")))
 
-    async def promo(request: Request) -> Response:
+    async def promo(self, request: Request) -> Response:
         form = await _form(request)
         email = str(form.get("promo_email", "")).strip()
         if form.get("choice") == "subscribe" and _EMAIL.match(email):
-            store.subscribe(email)
+            self.store.subscribe(email)
         return _dismiss(form.get("next"), PROMO, "seen")
 
-    async def guest(request: Request) -> Response:
+    async def guest(self, request: Request) -> Response:
         form = await _form(request)
         return _dismiss(form.get("next"), GUEST, "1")
 
-    async def signin(request: Request) -> Response:
+    async def signin(self, request: Request) -> Response:
         if request.method == "GET":
             return _render(request, "Sign in", pages.signin_page())
         form = await _form(request)
@@ -130,31 +161,16 @@ def create_app(store: Store) -> Starlette:
         dialog = pages.signin_dialog(_safe_next(form.get("next")), error)
         return _render(request, "Sign in", "<h1>Sign in</h1>", dialog)
 
-    async def help_page(request: Request) -> Response:
-        return _render(request, "Help", pages.text_page("Help", [
-            "Search for a restaurant, choose a party size, date and time, then pick an available time.",
-            "Sold-out times are shown in grey. You can book as a guest without an account.",
-        ]))  # fmt: skip
+    # -- parameters ---------------------------------------------------------------
 
-    async def about(request: Request) -> Response:
-        return _render(request, "About", pages.text_page("About", [
-            "TableTime helps you find and book tables at restaurants in San Francisco.",
-        ]))  # fmt: skip
-
-    async def not_found(request: Request, exc: Exception) -> Response:
-        status = getattr(exc, "status_code", 500)
-        title = "Page not found" if status == 404 else "Something went wrong"
-        body = pages.text_page(title, ["Go back to the home page to search for a restaurant."])
-        return _render(request, title, body + '<p><a href="/">Home</a></p>', status=status)
-
-    def _restaurant(slug: str) -> dict:
-        r = store.restaurant(slug)
+    def _restaurant(self, slug: str) -> dict:
+        r = self.store.restaurant(slug)
         if r is None:
             raise HTTPException(404)
         return r
 
-    def _booking_params(params) -> tuple[dict, dt.date, int, int]:
-        r = _restaurant(str(params.get("r", "")))
+    def _booking_params(self, params) -> tuple[dict, dt.date, int, int]:
+        r = self._restaurant(str(params.get("r", "")))
         day = _date(params.get("date"))
         minutes = _int(params.get("time"), -1)
         party = _int(params.get("party"), -1)
@@ -162,23 +178,25 @@ def create_app(store: Store) -> Starlette:
             raise HTTPException(404)
         return r, day, minutes, party
 
-    return Starlette(
-        routes=[
-            Route("/", home),
-            Route("/search", search),
-            Route("/r/{slug}", restaurant),
-            Route("/book", book_form, methods=["GET"]),
-            Route("/book", book, methods=["POST"]),
-            Route("/confirmation/{code}", confirmation),
-            Route("/consent", consent, methods=["POST"]),
-            Route("/promo", promo, methods=["POST"]),
-            Route("/guest", guest, methods=["POST"]),
-            Route("/signin", signin, methods=["GET", "POST"]),
-            Route("/help", help_page),
-            Route("/about", about),
-        ],
-        exception_handlers={HTTPException: not_found},
-    )
+
+async def _help_page(request: Request) -> Response:
+    return _render(request, "Help", pages.text_page("Help", [
+        "Search for a restaurant, choose a party size, date and time, then pick an available time.",
+        "Sold-out times are shown in grey. You can book as a guest without an account.",
+    ]))  # fmt: skip
+
+
+async def _about(request: Request) -> Response:
+    return _render(request, "About", pages.text_page("About", [
+        "TableTime helps you find and book tables at restaurants in San Francisco.",
+    ]))  # fmt: skip
+
+
+async def _error_page(request: Request, exc: Exception) -> Response:
+    status = getattr(exc, "status_code", 500)
+    title = "Page not found" if status == 404 else "Something went wrong"
+    body = pages.text_page(title, ["Go back to the home page to search for a restaurant."])
+    return _render(request, title, body + '<p><a href="/">Home</a></p>', status=status)
 
 
 async def _form(request: Request) -> dict[str, str]:

@@ -27,6 +27,7 @@ import gymnasium as gym
 from gymnasium import spaces
 from py4j.protocol import Py4JError, Py4JJavaError
 
+from envs.contract import choose_task
 from envs.scienceworld.simulator import SPLITS, TASK_NAMES, Simulator
 
 logger = logging.getLogger(__name__)
@@ -188,6 +189,7 @@ class ScienceWorldEnv(gym.Env[str, str]):
     """
 
     metadata = {"render_modes": []}
+    forkable = False  # it talks to a JVM over py4j, which forked workers cannot share
 
     def __init__(self, max_steps: int = 30, tasks: Sequence[str] | None = DEFAULT_TASKS) -> None:
         if max_steps < 1:
@@ -237,17 +239,8 @@ class ScienceWorldEnv(gym.Env[str, str]):
     ) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
         options = options or {}
-        if options.get("task_id") is not None:
-            tid = options["task_id"]
-            task, variation = parse_task_id(tid)
-            variations = self._variations(task)
-            if not any(variation in variations[s] for s in SPLITS):
-                count = sum(len(variations[s]) for s in SPLITS)
-                raise ValueError(f"{task} has variations 0 .. {count - 1}, got task_id {tid!r}")
-        else:
-            train = self.task_ids("train")
-            tid = train[int(self.np_random.integers(len(train)))]
-            task, variation = parse_task_id(tid)
+        tid = choose_task(self, options, self._check_task_id)
+        task, variation = parse_task_id(tid)
         gold = bool(options.get("gold_actions", False))
 
         def load(sim: Simulator) -> list[str] | None:
@@ -340,6 +333,16 @@ class ScienceWorldEnv(gym.Env[str, str]):
         except Py4JError as error:
             self.close()
             raise RuntimeError(f"ScienceWorld failed twice in a row: {_describe(error)}") from error
+
+    def _check_task_id(self, tid: Any) -> str:
+        """``tid`` if it names a variation of a ScienceWorld task (any task, not only
+        the configured ones), else ValueError."""
+        task, variation = parse_task_id(tid)
+        variations = self._variations(task)
+        if not any(variation in variations[s] for s in SPLITS):
+            count = sum(len(variations[s]) for s in SPLITS)
+            raise ValueError(f"{task} has variations 0 .. {count - 1}, got task_id {tid!r}")
+        return tid
 
     def _variations(self, task: str) -> dict[str, tuple[int, ...]]:
         if task not in _split_cache:

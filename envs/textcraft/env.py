@@ -17,7 +17,7 @@ from typing import Any
 import gymnasium as gym
 from gymnasium import spaces
 
-from envs import choose_task
+from envs.contract import SPLITS, choose_task, task_index
 from envs.textcraft import game
 
 # The longest of the 419 instructions is 3351 characters; the rest is room for
@@ -32,7 +32,6 @@ _CHARSET = string.printable
 # Whitespace other than " " would let echoed action text fake a new line of
 # the observation ("\nInventory: ...").
 _FLATTEN = str.maketrans({c: " " for c in string.whitespace if c != " "})
-SPLITS = ("train", "dev", "test")
 
 
 @dataclass(frozen=True)
@@ -156,7 +155,7 @@ class TextCraftEnv(gym.Env[str, str]):
     def task_ids(self, split: str) -> list[int]:
         """Task ids of ``"train"``, ``"dev"`` or ``"test"``.
 
-        The evaluation protocol (DESIGN §8) needs train and test drawn from
+        The evaluation protocol (docs/method.md §8) needs train and test drawn from
         one distribution. Task ids are ordered deepest first, so a prefix
         split (the old ``test = ids 0-99``) made test all depth 3-4 and train
         all depth 2. Instead the three splits are a deterministic stratified
@@ -187,7 +186,7 @@ class TextCraftEnv(gym.Env[str, str]):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
-        task_id = choose_task(self, options, self._num_tasks, self.task_ids("train"))
+        task_id = choose_task(self, options, task_index(self._num_tasks))
         self._task_id = task_id
         self._instruction = game.reset_game(self._game, task_id)
         self._valid_actions = game.valid_actions(

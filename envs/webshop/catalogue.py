@@ -23,12 +23,19 @@ options earns reward 1. One or two goals per product (about 2,000 in all).
 
 Split: goals are shuffled with the seed and numbered in that order; ids below
 :data:`NUM_TEST_GOALS` (500, WebShop's test size) are test, the rest train.
+
+The word tables (category roots, brands, product types, instruction openings,
+review templates) are data, in ``catalogue_words.json`` next to this module
+(:func:`words`); this module is the generator.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import random
+from importlib import resources
+from typing import NamedTuple
 
 from envs.webshop.official import price_clause, sample_price_upper
 from envs.webshop.schema import Catalogue, Goal, Product
@@ -36,466 +43,64 @@ from envs.webshop.schema import Catalogue, Goal, Product
 PRODUCTS_PER_TYPE = 27
 NUM_TEST_GOALS = 500
 
-_ROOTS = {
-    "beauty": "Beauty & Personal Care",
-    "food": "Grocery & Gourmet Food",
-    "fashion": "Clothing, Shoes & Jewelry",
-    "furniture": "Home & Kitchen › Furniture",
-    "electronics": "Electronics",
-}
+WORDS_FILE = "catalogue_words.json"  # next to this module; shipped as package data
 
-_BRANDS = {
-    "beauty": "Lumera|Veloura|Aurelle|Botanix|Serenne|Glowbe|Purelle|Maison Nue|Kindra|Solavie|Dermaly|Olivique",
-    "food": "Harvest Lane|Golden Acre|Nutriva|Bramble & Co|Old Mill|Sunpeak|Verdana Farms|Kettle Ridge|Pantry Bloom|Casa Oliva|Wildroot|Tidewater",
-    "fashion": "Northwind|Urbano|Selvage|Kestrel|Marlowe|Tidepool|Ardent|Corvid|Lark & Lane|Ventura|Halden|Mistral",
-    "furniture": "Oakhaven|Nordvik|Timberline|Casabella|Loftly|Hearthstone|Modulo|Birchwood|Urban Nest|Larkspur|Redfern|Kaiyo",
-    "electronics": "Voltix|Sonara|Arcwave|Nexon|Pulsar|Quantix|Lumio|Zentro|Orbis|Kinetic|Auralink|Tekvo",
-}
 
-_COLORS = "black;white;navy blue;grey;red;beige;olive green;pink;brown;teal;burgundy;light blue"
-_WOOD = "espresso;walnut;white oak;black;natural;grey wash;cherry"
-_APPAREL = "x-small;small;medium;large;x-large"
+class ProductType(NamedTuple):
+    """One product type of the word tables (``types`` in :data:`WORDS_FILE`)."""
 
-# query | title noun | breadcrumb under the category root | variants | attributes | option groups | price range
-# Option groups: "name=v1;v2;..." joined by "|". Attributes of a type never fuzzily
-# match each other, nor do values of one option group (token_set_ratio <= 85).
-_TYPES: dict[str, tuple[tuple[str, str, str, str, str, str, tuple[float, float]], ...]] = {
-    "beauty": (
-        (
-            "shampoo",
-            "Shampoo",
-            "Hair Care › Shampoo",
-            "Argan Oil|Tea Tree|Coconut|Biotin|Rosemary Mint|Charcoal",
-            "sulfate free|paraben free|cruelty free|natural ingredients|color safe|dry scalp|vegan formula|hair growth",
-            "size=8 fl oz;13.5 fl oz;33.8 fl oz;2 pack;travel size|scent=lavender;unscented;citrus;eucalyptus",
-            (6, 38),
-        ),
-        (
-            "hair conditioner",
-            "Conditioner",
-            "Hair Care › Conditioner",
-            "Argan Oil|Shea Butter|Keratin|Avocado|Aloe Vera",
-            "sulfate free|silicone free|cruelty free|damaged hair|curly hair|deep moisture|leave in|vegan formula",
-            "size=8 fl oz;16 fl oz;33.8 fl oz|scent=coconut;vanilla;unscented;green tea",
-            (7, 35),
-        ),
-        (
-            "face moisturizer",
-            "Face Moisturizer",
-            "Skin Care › Face › Moisturizers",
-            "Hyaluronic Acid|Vitamin C|Retinol|Niacinamide|Ceramide",
-            "oil free|fragrance free|sensitive skin|spf 30|anti aging|non comedogenic|dermatologist tested|dark spots",
-            "size=1.7 oz;2.5 oz;4 oz|style=day cream;night cream",
-            (9, 60),
-        ),
-        (
-            "lipstick",
-            "Matte Lipstick",
-            "Makeup › Lips › Lipstick",
-            "Velvet|Satin|Creamy|Liquid|Long Wear",
-            "long lasting|highly pigmented|cruelty free|transfer proof|moisturizing formula|paraben free",
-            "color=ruby red;nude beige;berry;coral;mauve;plum|count=single;3 piece set",
-            (5, 28),
-        ),
-        (
-            "nail polish",
-            "Nail Polish",
-            "Makeup › Nails › Nail Polish",
-            "Gel Effect|Quick Dry|Glitter|Chrome|Pastel",
-            "quick drying|chip resistant|non toxic|high shine|vegan formula|cruelty free",
-            "color=cherry red;baby pink;midnight blue;clear;lilac;gold shimmer|count=single;6 pack",
-            (4, 22),
-        ),
-        (
-            "body wash",
-            "Body Wash",
-            "Personal Care › Bath & Bathing › Body Washes",
-            "Oatmeal|Honey|Sea Salt|Cocoa Butter|Cucumber",
-            "sensitive skin|dermatologist tested|sulfate free|natural ingredients|paraben free|long lasting fragrance",
-            "size=16 fl oz;22 fl oz;3 pack|scent=lavender;sandalwood;fresh linen;unscented",
-            (5, 26),
-        ),
-        (
-            "sunscreen lotion",
-            "Sunscreen Lotion",
-            "Skin Care › Sun › Sunscreens",
-            "Mineral|Sport|Zinc Oxide|Sheer|Kids",
-            "water resistant|reef safe|broad spectrum|oil free|fragrance free|sensitive skin",
-            "size=3.4 fl oz;6 fl oz;2 pack|spf=spf 30;spf 50;spf 70",
-            (8, 32),
-        ),
-        (
-            "eyeshadow palette",
-            "Eyeshadow Palette",
-            "Makeup › Eyes › Eyeshadow",
-            "Nude|Smoky|Sunset|Rose Gold|Jewel Tone",
-            "highly pigmented|long lasting|cruelty free|blendable formula|travel friendly|paraben free",
-            "color=warm neutrals;cool tones;bright shades;bronze",
-            (9, 48),
-        ),
-        (
-            "hair dryer",
-            "Hair Dryer",
-            "Hair Care › Styling Tools › Hair Dryers",
-            "Ionic|Ceramic|Tourmaline|Compact|Salon",
-            "fast drying|low noise|lightweight design|cool shot button|frizz control|foldable handle",
-            f"color={_COLORS}|style=with diffuser;with concentrator",
-            (19, 120),
-        ),
-    ),
-    "food": (
-        (
-            "coffee beans",
-            "Whole Bean Coffee",
-            "Beverages › Coffee › Whole Coffee Beans",
-            "Colombian|Ethiopian|Sumatra|Espresso|House Blend",
-            "fair trade|usda organic|single origin|low acid|small batch|kosher certified",
-            "size=12 ounce;2 pound;80 ounce|flavor=dark roast;medium roast;light roast",
-            (9, 70),
-        ),
-        (
-            "green tea",
-            "Green Tea",
-            "Beverages › Tea › Green Tea",
-            "Matcha|Jasmine|Sencha|Mint|Lemon Ginger",
-            "caffeine free|usda organic|non gmo|individually wrapped|gluten free|sugar free",
-            "count=16 count;40 count;100 count|flavor=original;honey;peach",
-            (4, 30),
-        ),
-        (
-            "protein bars",
-            "Protein Bars",
-            "Snack Foods › Bars › Protein Bars",
-            "Chocolate Peanut|Cookie Dough|Almond|Blueberry|Salted Caramel",
-            "high protein|low sugar|gluten free|keto friendly|plant based|non gmo",
-            "count=12 count;30 count;6 pack|flavor=chocolate;peanut butter;vanilla almond;berry",
-            (12, 45),
-        ),
-        (
-            "trail mix",
-            "Trail Mix",
-            "Snack Foods › Nuts & Trail Mix",
-            "Tropical|Mountain|Energy|Sweet & Salty|Cranberry",
-            "resealable bag|non gmo|no added sugar|high fiber|vegan snack|kosher certified",
-            "size=10 ounce;26 ounce;3 pound|count=single;4 pack",
-            (6, 35),
-        ),
-        (
-            "olive oil",
-            "Extra Virgin Olive Oil",
-            "Pantry Staples › Cooking Oils › Olive Oil",
-            "Italian|Greek|Spanish|California|Tuscan",
-            "cold pressed|first cold extraction|usda organic|non gmo|glass bottle|kosher certified",
-            "size=16.9 fl oz;25.3 fl oz;1 liter;1 gallon",
-            (8, 55),
-        ),
-        (
-            "hot sauce",
-            "Hot Sauce",
-            "Pantry Staples › Condiments › Hot Sauce",
-            "Habanero|Chipotle|Sriracha|Ghost Pepper|Jalapeno",
-            "gluten free|no preservatives|small batch|vegan sauce|low sodium|sugar free",
-            "size=5 fl oz;12 fl oz;gift set|flavor=original;garlic;mango;smoky",
-            (4, 25),
-        ),
-        (
-            "dark chocolate",
-            "Dark Chocolate Bar",
-            "Snack Foods › Candy & Chocolate › Chocolate Bars",
-            "Sea Salt|Raspberry|Orange|Almond|Espresso",
-            "fair trade|non gmo|dairy free|individually wrapped|soy free|low sugar",
-            "count=single;6 pack;12 pack|flavor=extra dark;mint;caramel",
-            (3, 40),
-        ),
-        (
-            "gluten free pasta",
-            "Gluten Free Pasta",
-            "Pantry Staples › Pasta & Noodles",
-            "Brown Rice|Chickpea|Red Lentil|Quinoa|Corn",
-            "high protein|non gmo|plant based|kosher certified|high fiber|usda organic",
-            "style=penne;spaghetti;fusilli;elbows|count=single;6 pack",
-            (3, 30),
-        ),
-        (
-            "beef jerky",
-            "Beef Jerky",
-            "Snack Foods › Jerky & Dried Meats",
-            "Teriyaki|Peppered|Sweet & Spicy|Original|Hickory",
-            "high protein|low fat|gluten free|no msg|grass fed|resealable bag",
-            "size=2.85 ounce;10 ounce;3 pack|flavor=original;teriyaki;black pepper;sweet chili",
-            (6, 40),
-        ),
-    ),
-    "fashion": (
-        (
-            "men's running shoes",
-            "Men's Running Shoes",
-            "Men › Shoes › Athletic › Running",
-            "Trail|Road|Lightweight|Cushioned|Knit",
-            "non slip|breathable mesh|arch support|memory foam|rubber sole|lace up",
-            f"size=8;9;10;11;12;13|color={_COLORS}",
-            (35, 140),
-        ),
-        (
-            "women's yoga pants",
-            "Women's Yoga Pants",
-            "Women › Clothing › Active › Leggings",
-            "High Waist|Flare|Capri|Pocket|Seamless",
-            "moisture wicking|tummy control|four way stretch|squat proof|machine wash|side pockets",
-            f"size={_APPAREL}|color={_COLORS}",
-            (15, 45),
-        ),
-        (
-            "men's t-shirt",
-            "Men's Crew Neck T-Shirt",
-            "Men › Clothing › Shirts › T-Shirts",
-            "Classic|Slim Fit|Heavyweight|Pocket|Vintage",
-            "cotton jersey|tagless label|machine wash|short sleeve|relaxed fit|wrinkle free",
-            f"size={_APPAREL}|color={_COLORS}|count=single;3 pack",
-            (8, 30),
-        ),
-        (
-            "winter jacket",
-            "Winter Jacket",
-            "Women › Clothing › Coats, Jackets & Vests",
-            "Puffer|Parka|Quilted|Hooded|Down",
-            "water resistant|faux fur hood|zip closure|insulated lining|packable design|machine wash",
-            f"size={_APPAREL}|color={_COLORS}",
-            (45, 190),
-        ),
-        (
-            "leather wallet",
-            "Leather Wallet",
-            "Men › Accessories › Wallets",
-            "Bifold|Trifold|Slim|Minimalist|Card Holder",
-            "rfid blocking|genuine leather|gift box|coin pocket|id window",
-            "color=black;brown;tan;navy blue|style=bifold;trifold",
-            (12, 60),
-        ),
-        (
-            "polarized sunglasses",
-            "Polarized Sunglasses",
-            "Men › Accessories › Sunglasses",
-            "Aviator|Wayfarer|Round|Sport|Square",
-            "uv protection|polarized lens|lightweight frame|scratch resistant|spring hinge",
-            "color=black;tortoise;gold;silver|lens=grey;green;mirror blue",
-            (10, 80),
-        ),
-        (
-            "women's summer dress",
-            "Women's Summer Dress",
-            "Women › Clothing › Dresses › Casual",
-            "Floral|Wrap|Maxi|Boho|Midi",
-            "v neck|short sleeve|flowy fit|hand wash|side pockets|smocked waist",
-            f"size={_APPAREL}|color=floral blue;black;white;yellow;red print",
-            (18, 55),
-        ),
-        (
-            "wool socks",
-            "Wool Socks",
-            "Men › Clothing › Socks",
-            "Hiking|Crew|Thermal|Cushioned|Boot",
-            "merino wool|moisture wicking|odor resistant|arch support|reinforced heel",
-            "size=small;medium;large|count=3 pairs;10 pairs|color=grey;black;assorted",
-            (10, 40),
-        ),
-        (
-            "canvas backpack",
-            "Canvas Backpack",
-            "Luggage & Travel Gear › Backpacks",
-            "Rucksack|Laptop|Vintage|Travel|Daypack",
-            "water resistant|laptop sleeve|padded straps|usb charging port|anti theft pocket",
-            "color=khaki;black;army green;coffee;navy blue",
-            (22, 75),
-        ),
-    ),
-    "furniture": (
-        (
-            "office chair",
-            "Office Chair",
-            "Home Office Furniture › Desk Chairs",
-            "Ergonomic|Mesh|Gaming|Executive|Task",
-            "lumbar support|adjustable height|swivel wheels|padded armrests|breathable mesh|easy assembly",
-            "color=black;grey;white;blue|style=high back;mid back",
-            (60, 280),
-        ),
-        (
-            "bookshelf",
-            "Bookshelf",
-            "Living Room Furniture › Bookcases",
-            "5 Tier|Ladder|Corner|Industrial|Cube",
-            "easy assembly|solid wood|metal frame|wall anchor|space saving|open shelves",
-            f"color={_WOOD}|size=3 tier;5 tier",
-            (45, 210),
-        ),
-        (
-            "coffee table",
-            "Coffee Table",
-            "Living Room Furniture › Tables › Coffee Tables",
-            "Lift Top|Round|Rustic|Glass Top|Mid Century",
-            "storage shelf|easy assembly|solid wood|tempered glass|living room|rounded corners",
-            f"color={_WOOD}",
-            (55, 260),
-        ),
-        (
-            "platform bed frame",
-            "Platform Bed Frame",
-            "Bedroom Furniture › Beds & Frames",
-            "Metal|Upholstered|Wooden|Low Profile|Storage",
-            "no box spring needed|under bed storage|noise free|easy assembly|wood slat support|headboard included",
-            f"size=twin;full;queen;king|color={_WOOD}",
-            (110, 420),
-        ),
-        (
-            "nightstand",
-            "Nightstand",
-            "Bedroom Furniture › Nightstands",
-            "2 Drawer|Floating|Rattan|Modern|Farmhouse",
-            "charging station|storage drawer|easy assembly|solid wood|bedroom furniture",
-            f"color={_WOOD}|count=single;set of 2",
-            (35, 160),
-        ),
-        (
-            "bar stool",
-            "Bar Stool",
-            "Dining Room Furniture › Bar Stools",
-            "Swivel|Counter Height|Backless|Saddle|Industrial",
-            "adjustable height|swivel seat|footrest ring|faux leather|easy assembly",
-            "color=black;brown;grey;white|count=single;pair;set of 4",
-            (40, 230),
-        ),
-        (
-            "tv stand",
-            "TV Stand",
-            "Living Room Furniture › TV & Media Furniture",
-            "Farmhouse|Corner|Floating|Mid Century|Entertainment Center",
-            "cable management|storage shelf|easy assembly|sliding barn door|led lights",
-            f"color={_WOOD}|size=43 inch;58 inch;70 inch",
-            (70, 320),
-        ),
-        (
-            "shoe rack",
-            "Shoe Rack",
-            "Entryway Furniture › Shoe Organizers",
-            "Bamboo|Metal|Stackable|Bench|Narrow",
-            "space saving|easy assembly|stackable design|water resistant|entryway storage",
-            "color=natural;black;white|size=3 tier;4 tier;6 tier",
-            (18, 85),
-        ),
-        (
-            "futon sofa",
-            "Futon Sofa Bed",
-            "Living Room Furniture › Sofas & Couches › Futons",
-            "Convertible|Tufted|Loveseat|Sleeper|Velvet",
-            "convertible design|memory foam|solid wood legs|easy assembly|removable cover",
-            "color=grey;navy blue;beige;dark green;black",
-            (140, 480),
-        ),
-    ),
-    "electronics": (
-        (
-            "wireless earbuds",
-            "Wireless Earbuds",
-            "Headphones › Earbud Headphones",
-            "Bluetooth 5.3|Sport|Hybrid|Mini|Pro",
-            "noise cancelling|water resistant|long battery life|charging case|touch control|hands free calling",
-            "color=black;white;navy blue;rose gold",
-            (19, 130),
-        ),
-        (
-            "phone case",
-            "Phone Case",
-            "Cell Phones & Accessories › Cases",
-            "Clear|Rugged|Slim|Wallet|Silicone",
-            "shockproof protection|wireless charging compatible|card holder|raised edges|anti yellowing",
-            "model=iphone 15;galaxy s24;pixel 8;moto g|color=clear;black;purple;blue",
-            (7, 35),
-        ),
-        (
-            "usb c cable",
-            "USB C Cable",
-            "Computers & Accessories › Cables › USB Cables",
-            "Braided|Short|Right Angle|Coiled|Thunderbolt",
-            "fast charging|braided nylon|data transfer|durable connector|tangle free",
-            "size=3 ft;6 ft;10 ft|count=single;3 pack",
-            (6, 28),
-        ),
-        (
-            "bluetooth speaker",
-            "Bluetooth Speaker",
-            "Portable Audio & Video › Speakers",
-            "Portable|Waterproof|Outdoor|Mini|Party",
-            "waterproof design|long battery life|deep bass|stereo pairing|built in microphone",
-            "color=black;blue;red;camo green",
-            (22, 160),
-        ),
-        (
-            "hdmi cable",
-            "HDMI Cable",
-            "Television & Video › Accessories › Cables",
-            "4K|8K|Slim|Braided|Ultra",
-            "high speed|gold plated|ethernet support|braided cord|dolby vision",
-            "size=3 ft;6 ft;15 ft|count=single;2 pack",
-            (6, 30),
-        ),
-        (
-            "power bank",
-            "Portable Power Bank",
-            "Cell Phones & Accessories › Chargers & Power Adapters",
-            "Slim|Magnetic|Solar|Compact|Ultra",
-            "fast charging|led display|dual usb ports|lightweight design|airline approved",
-            "capacity=10000mah;26800mah|color=black;white;blue",
-            (16, 70),
-        ),
-        (
-            "laptop stand",
-            "Laptop Stand",
-            "Computers & Accessories › Laptop Accessories › Stands",
-            "Aluminum|Adjustable|Foldable|Ergonomic|Vertical",
-            "height adjustable|heat dissipation|non slip pads|portable design|aluminum alloy",
-            "color=silver;space grey;black",
-            (15, 65),
-        ),
-        (
-            "wireless mouse",
-            "Wireless Mouse",
-            "Computers & Accessories › Keyboards, Mice & Accessories › Mice",
-            "Ergonomic|Silent|Vertical|Travel|Gaming",
-            "silent click|rechargeable battery|adjustable dpi|plug and play|ergonomic design",
-            "color=black;grey;white;pink",
-            (9, 60),
-        ),
-        (
-            "hd webcam",
-            "HD Webcam",
-            "Computers & Accessories › Webcams",
-            "1080p|4K|Streaming|Wide Angle|Privacy",
-            "built in microphone|auto focus|privacy cover|plug and play|low light correction",
-            "color=black;white|style=with tripod;clip mount",
-            (20, 110),
-        ),
-    ),
-}
+    query: str  # WebShop's search query for the type
+    noun: str  # in titles
+    breadcrumb: str  # under the category's root
+    variants: tuple[str, ...]  # title words, one per product
+    attributes: tuple[str, ...]  # the pool a product draws 2-5 from
+    options: dict[str, tuple[str, ...]]  # option group -> the values a product draws from
+    price: tuple[float, float]  # the range a product's price is drawn from
 
-_STARTS = (
-    "i need",
-    "i'm looking for",
-    "i want",
-    "find me",
-    "i am looking for",
-    "can you get me",
-    "i would like",
-)
-_REVIEWS = (
-    "works exactly as described, would buy this {noun} again.",
-    "good quality for the price.",
-    "arrived quickly and well packaged.",
-    "not bad, but a little smaller than i expected.",
-    "my second {noun} from this brand and still happy.",
-    "does the job. nothing fancy.",
-    "great value, the {attr} part is true.",
-    "returned it, it was not for me.",
-)
+
+class Words(NamedTuple):
+    """The word tables the generator draws from, as read from :data:`WORDS_FILE`."""
+
+    roots: dict[str, str]  # category -> breadcrumb root
+    brands: dict[str, tuple[str, ...]]  # category -> brand names
+    types: dict[str, tuple[ProductType, ...]]  # category -> its product types
+    starts: tuple[str, ...]  # openings of instructions
+    reviews: tuple[str, ...]  # review templates ({noun}, {attr})
+
+
+@functools.cache
+def words() -> Words:
+    """The word tables, read once from :data:`WORDS_FILE`.
+
+    Its ``options`` map a group name to a list of values or to ``"@name"``, the
+    list ``shared_values[name]`` (colours, wood finishes, apparel sizes). The
+    attributes of a type never fuzzily match each other, nor do the values of one
+    option group (token_set_ratio <= 85), so a goal's attribute or option is met
+    only by itself.
+    """
+    data = json.loads(resources.files(__package__).joinpath(WORDS_FILE).read_text(encoding="utf-8"))
+    shared = data["shared_values"]
+
+    def values(spec: str | list[str]) -> tuple[str, ...]:
+        return tuple(shared[spec[1:]] if isinstance(spec, str) else spec)
+
+    types = {
+        category: tuple(
+            ProductType(
+                query=t["query"],
+                noun=t["noun"],
+                breadcrumb=t["breadcrumb"],
+                variants=tuple(t["variants"]),
+                attributes=tuple(t["attributes"]),
+                options={name: values(spec) for name, spec in t["options"].items()},
+                price=(t["price"][0], t["price"][1]),
+            )
+            for t in entries
+        )
+        for category, entries in data["types"].items()
+    }
+    brands = {category: tuple(names) for category, names in data["brands"].items()}
+    return Words(data["roots"], brands, types, tuple(data["starts"]), tuple(data["reviews"]))
 
 
 @functools.lru_cache(maxsize=8)
@@ -512,16 +117,15 @@ def load_default_catalogue(seed: int = 0) -> Catalogue:
 
 
 def _products(rng: random.Random) -> tuple[Product, ...]:
+    table = words()
     products = []
     asins: set[str] = set()
-    for category, types in _TYPES.items():
-        brands = _BRANDS[category].split("|")
-        for query, noun, crumb, variants, attrs, option_spec, (lo, hi) in types:
-            pool = attrs.split("|")
-            groups = {g.split("=")[0]: g.split("=")[1].split(";") for g in option_spec.split("|")}
+    for category, types in table.types.items():
+        brands = table.brands[category]
+        for query, noun, crumb, variants, pool, groups, (lo, hi) in types:
             for _ in range(PRODUCTS_PER_TYPE):
                 asin = _asin(rng, asins)
-                brand, variant = rng.choice(brands), rng.choice(variants.split("|"))
+                brand, variant = rng.choice(brands), rng.choice(variants)
                 attributes = tuple(rng.sample(pool, rng.randint(2, min(5, len(pool)))))
                 options = _options(groups, rng)
                 price = round(int(rng.uniform(lo, hi)) + rng.choice((0.99, 0.49, 0.95, 0.0)), 2)
@@ -533,7 +137,7 @@ def _products(rng: random.Random) -> tuple[Product, ...]:
                         asin=asin,
                         name=title,
                         category=category,
-                        product_category=f"{_ROOTS[category]} › {crumb}",
+                        product_category=f"{table.roots[category]} › {crumb}",
                         query=query,
                         price=price,
                         description=(
@@ -548,7 +152,7 @@ def _products(rng: random.Random) -> tuple[Product, ...]:
                         options=options,
                         reviews=tuple(
                             r.format(noun=noun.lower(), attr=attributes[0])
-                            for r in rng.sample(_REVIEWS, rng.randint(2, 4))
+                            for r in rng.sample(table.reviews, rng.randint(2, 4))
                         ),
                         rating=round(rng.uniform(3.0, 5.0), 1),
                     )
@@ -565,7 +169,7 @@ def _asin(rng: random.Random, taken: set[str]) -> str:
             return asin
 
 
-def _options(groups: dict[str, list[str]], rng: random.Random) -> dict[str, tuple[str, ...]]:
+def _options(groups: dict[str, tuple[str, ...]], rng: random.Random) -> dict[str, tuple[str, ...]]:
     names = list(groups)
     # About one product in six has no options, like many of WebShop's.
     count = 0 if rng.random() < 0.15 else rng.randint(1, min(3, len(names)))
@@ -597,7 +201,7 @@ def _goals_for(product: Product, rng: random.Random) -> list[tuple]:
                 price_upper,
                 rng.randrange(3),
                 rng.randrange(3),
-                rng.choice(_STARTS),
+                rng.choice(words().starts),
             )
         )
     return drafts

@@ -16,6 +16,7 @@ from typing import Any
 import gymnasium as gym
 from gymnasium import spaces
 
+from envs.contract import choose_task
 from envs.webshop.engine import ACTION_MAX_LENGTH, SessionState, WebShopEngine
 from envs.webshop.schema import Catalogue
 
@@ -173,15 +174,16 @@ class WebShopEnv(gym.Env[str, str]):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
-        task_id = (options or {}).get("task_id")
-        if task_id is None:
-            train = self.engine.catalogue.train_goals
-            task_id = train[int(self.np_random.integers(len(train)))]
+        task_id = choose_task(self, options, self._goal_id)
+        self._state = WebShopState(task_id, self.engine.new_session(task_id), 0, False)
+        return self._observe(), self._info()
+
+    def _goal_id(self, task_id: Any) -> int:
+        """``int(task_id)`` if the catalogue has that goal, else ValueError."""
         task_id = int(task_id)
         if task_id not in self.engine.goals:
             raise ValueError(f"unknown task_id {task_id}")
-        self._state = WebShopState(task_id, self.engine.new_session(task_id), 0, False)
-        return self._observe(), self._info()
+        return task_id
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         state = self._state

@@ -1,4 +1,4 @@
-"""Agent-R revision trajectories (Yuan et al. 2025, arXiv 2501.11425; DESIGN §6).
+"""Agent-R revision trajectories (Yuan et al. 2025, arXiv 2501.11425; docs/method.md §6).
 
 Phase 1 of Agent-R turns one MCTS tree into SFT data that teaches the agent to
 notice its own mistake and repair it:
@@ -24,7 +24,7 @@ notice its own mistake and repair it:
    revision and good trajectories.
 
 **The splice in our per-step prompt form.** Our policy sees h_t = (a_1..a_{t-1},
-o_t) (DESIGN §2), so a trajectory is a list of segments, one per generated turn,
+o_t) (docs/method.md §2), so a trajectory is a list of segments, one per generated turn,
 each with its own prompt. Take a bad path with commands b0 b1 b2 (observations
 ob0 ob1 ob2 after them) and a good path g0 g1 g2 (og0 og1 og2), with b0 = g0 so
 d = 1, and the judge saying b1 Uncertain, b2 Bad, so t' = 2. With R the
@@ -50,7 +50,7 @@ COMMAND: Agent-R's revision signal is a thought, no environment action
 corresponds to it, and a COMMAND in it would teach the model to emit an action
 that was never executed. At inference such a turn parses with no command; the
 env answers with what was wrong and the state is unchanged (commands never
-crash a run, DESIGN §2), so the agent's next turn continues from its own state.
+crash a run, docs/method.md §2), so the agent's next turn continues from its own state.
 The thought is drawn from ``revision_thoughts`` by a hash of (task id, good
 index, bad index): deterministic, and varied across pairs (Agent-R also varies
 its revision phrasing).
@@ -80,12 +80,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from agentq.agent.prompt import History, Messages, PromptBuilder
+from agentq.agent.prompt import PromptBuilder
 from agentq.critic.judge import LABELS, ActorStepJudge, StepJudge
-from agentq.data.examples import Segment, SFTExample, segments_of
-from agentq.data.successes import commands, distinct
-from agentq.data.trajectory import Trajectory
-from agentq.search.tree import SearchResult
+from agentq.records.examples import SFT, Segment, SFTExample, segments_of
+from agentq.records.history import History, Messages
+from agentq.records.trajectory import Trajectory, commands, distinct
+from agentq.records.tree import SearchResult
 
 DEFAULT_REVISION_THOUGHTS = (
     "I realize my previous actions were wrong; I will go back and try another way.",
@@ -122,7 +122,7 @@ class RevisionBuilder:
             node); None: :class:`~agentq.critic.judge.ActorStepJudge` with its defaults.
     """
 
-    kind: ClassVar[str] = "sft"
+    kind: ClassVar[str] = SFT
 
     alpha: float = 0.5
     beta: float = 0.2

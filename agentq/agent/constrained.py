@@ -2,7 +2,7 @@
 
 A 135M model writes a sound-looking composite action but often a command that
 is not on the page: a product id copied from the demonstration, a search on
-the results page, a click on the search page. Grounding after the fact (DESIGN
+the results page, a click on the search page. Grounding after the fact (docs/method.md
 §2, :mod:`agentq.agent.grounding`) rewrites only a command that is clearly a
 listed action and sends the rest to the env, which refuses it: a wasted step.
 Here the model itself chooses: while it writes

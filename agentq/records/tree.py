@@ -8,12 +8,11 @@ N(h, a), Q_mcts(h, a) and the critic score Q̂(h, a) live on the child.
 from __future__ import annotations
 
 import json
-import math
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, ClassVar
 
-from agentq.agent.prompt import History, Messages
-from agentq.data.trajectory import Trajectory
+from agentq.records.history import History, Messages
+from agentq.records.trajectory import Trajectory
 
 
 @dataclass
@@ -147,6 +146,75 @@ class Tree:
         return json.dumps(self.to_dict(), indent=1)
 
 
+@dataclass
+class SearchStats:
+    """Counters of one search or one evaluation episode: the budget it spent.
+
+    A counter a search does not use stays 0. Committed episodes sum their
+    per-step searches with ``+``.
+
+    Args:
+        simulations: MCTS simulations run.
+        policy_calls: calls of the policy (one per expansion or rollout step,
+            however many candidates it sampled).
+        critic_calls: calls of the critic (an MCTS ranking, a ToT evaluation).
+        judge_calls: calls of the judge valuing a state without the env's reward
+            (committed episodes).
+        env_steps: env steps, replayed ones included.
+        restores: moves of the env to a tree node (a snapshot restore or a reset
+            and replay).
+        expansions: ToT states whose children were proposed.
+        states_evaluated: ToT states the evaluator valued.
+        episodes: sampling baselines' episodes.
+        searches: a committed episode's searches (one per real step).
+        prefix_steps: recovery episodes' replayed steps of the failed prefix.
+    """
+
+    # Averaged per task in an evaluation's metrics (``avg_<name>``), when any task spent them.
+    PER_TASK: ClassVar[tuple[str, ...]] = (
+        "policy_calls", "critic_calls", "judge_calls", "env_steps", "prefix_steps"
+    )  # fmt: skip
+
+    simulations: int = 0
+    policy_calls: int = 0
+    critic_calls: int = 0
+    judge_calls: int = 0
+    env_steps: int = 0
+    restores: int = 0
+    expansions: int = 0
+    states_evaluated: int = 0
+    episodes: int = 0
+    searches: int = 0
+    prefix_steps: int = 0
+
+    @property
+    def model_calls(self) -> int:
+        """Calls of an LLM: the policy, the critic and the judge (the comparison's budget)."""
+        return self.policy_calls + self.critic_calls + self.judge_calls
+
+    def add(self, other: SearchStats) -> None:
+        """Add ``other``'s counters to these."""
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+    def __add__(self, other: SearchStats) -> SearchStats:
+        total = SearchStats(**asdict(self))
+        total.add(other)
+        return total
+
+    def to_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SearchStats:
+        """Tolerant of files written before a counter existed (missing -> 0)."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"SearchStats: unknown counters {unknown}; known: {sorted(known)}")
+        return cls(**{k: int(v) for k, v in data.items()})
+
+
 @dataclass(frozen=True)
 class SearchResult:
     """What a search returns: the tree, every rollout trajectory, the best one,
@@ -155,14 +223,14 @@ class SearchResult:
     tree: Tree
     trajectories: list[Trajectory]
     best: Trajectory | None
-    stats: dict[str, float]
+    stats: SearchStats = field(default_factory=SearchStats)
 
     def to_dict(self) -> dict:
         return {
             "tree": self.tree.to_dict(),
             "trajectories": [t.to_dict() for t in self.trajectories],
             "best": None if self.best is None else self.best.to_dict(),
-            "stats": self.stats,
+            "stats": self.stats.to_dict(),
         }
 
     @classmethod
@@ -172,11 +240,5 @@ class SearchResult:
             tree=Tree.from_dict(data["tree"]),
             trajectories=[Trajectory.from_dict(t) for t in data["trajectories"]],
             best=None if best is None else Trajectory.from_dict(best),
-            stats=data.get("stats", {}),
+            stats=SearchStats.from_dict(data.get("stats", {})),
         )
-
-
-def ucb_score(child: Node, parent_visits: int, alpha: float, c_exp: float) -> float:
-    """Agent Q, Eq. 7: Q(h, a) + c_exp * sqrt(log N(h) / (1 + N(h, a))), Q from Eq. 10."""
-    exploration = math.sqrt(math.log(max(parent_visits, 1)) / (1 + child.visits))
-    return child.blended_q(alpha) + c_exp * exploration

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from agentq.agent.policy import Candidate
-from agentq.agent.prompt import Messages
+from agentq.records.action import Candidate
+from agentq.records.history import Messages
 
 
 @dataclass
@@ -58,3 +59,19 @@ class Trajectory:
         data = dict(data)
         data["steps"] = [Step(**s) for s in data["steps"]]
         return cls(**data)
+
+
+def commands(trajectory: Trajectory) -> tuple[str, ...]:
+    return tuple(s.command for s in trajectory.steps)
+
+
+def distinct(trajectories: Sequence[Trajectory]) -> list[tuple[int, Trajectory]]:
+    """(index, trajectory) of the first trajectory of each command sequence, in order."""
+    seen: set[tuple[str, ...]] = set()
+    kept = []
+    for i, trajectory in enumerate(trajectories):
+        key = commands(trajectory)
+        if key not in seen:
+            seen.add(key)
+            kept.append((i, trajectory))
+    return kept

@@ -1,0 +1,177 @@
+"""What a run records about itself beside its results: the config it ran with,
+the code and package versions, seeds, loggers, wall time per phase and the
+summary rebuilt from the files each phase wrote (so it survives restarts).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from agentq import oracle
+from agentq.data.buffer import ReplayBuffer
+from agentq.layout import RunLayout, read_json, write_json
+from agentq.modes import MODES
+
+log = logging.getLogger(__name__)
+# The packages that decide the numbers, recorded with every (re)start.
+PACKAGES = ("torch", "transformers", "peft", "lightning", "hydra-core", "gymnasium", "trl", "wandb")
+
+
+def locate(cfg: DictConfig) -> tuple[DictConfig, RunLayout, bool]:
+    """(the config to run, where, resuming): ``resume=<run dir>`` runs that run's saved config."""
+    if cfg.get("resume"):
+        layout = RunLayout(Path(cfg.resume))
+        log.info("resuming %s", layout.root)
+        return OmegaConf.load(layout.config), layout, True
+    return cfg, RunLayout(Path(cfg.paths.run_dir)), False
+
+
+class RunBook:
+    """The run's files and loggers, opened once the config has been accepted."""
+
+    def __init__(self, cfg: DictConfig, layout: RunLayout, *, resuming: bool, env: gym.Env) -> None:
+        if not resuming:
+            layout.root.mkdir(parents=True, exist_ok=True)
+            layout.config.write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        if cfg.get("threads"):
+            torch.set_num_threads(int(cfg.threads))
+        seed_everything(cfg.seed, env)
+        record_run_info(layout, cfg.seed)
+        self.layout, self.iterations = layout, cfg.iterations
+        self.buffer = ReplayBuffer(layout)
+        self.loggers = make_loggers(cfg)
+        self.started = time.monotonic()
+        self.previous_wall = float(read_json(layout.summary).get("wall_seconds", 0.0)) if layout.summary.exists() else 0.0
+
+    @contextmanager
+    def phase(self, iteration: int, name: str):
+        """Add the wall time of a phase to ``seconds.json`` (a resumed phase adds to what
+        the killed run recorded; time spent in the killed attempt is lost)."""
+        path = self.layout.seconds(iteration)
+        started = time.monotonic()
+        yield
+        seconds = read_json(path) if path.exists() else {}
+        seconds[name] = round(seconds.get(name, 0.0) + time.monotonic() - started, 1)
+        write_json(path, seconds)
+
+    def log_metrics(self, prefix: str, metrics: dict[str, Any], iteration: int) -> None:
+        for logger in self.loggers:
+            logger.log_metrics({f"{prefix}/{k}": v for k, v in metrics.items()} | {"iteration": iteration}, step=iteration)
+
+    def write_summary(self) -> dict:
+        wall = self.previous_wall + time.monotonic() - self.started
+        return write_summary(self.layout, self.buffer, self.iterations, wall)
+
+    def close(self, status: str) -> None:
+        for logger in self.loggers:
+            logger.finalize(status)
+        finish_wandb(exit_code=0 if status == "success" else 1)
+
+
+def write_summary(layout: RunLayout, buffer: ReplayBuffer, iterations: int, wall_seconds: float) -> dict:
+    """``summary.json`` from the files each phase wrote."""
+    entries = []
+    for iteration in range(iterations + 1):
+        entry: dict[str, Any] = {"iteration": iteration, "eval": {}}
+        for mode in MODES:
+            path = layout.eval_metrics(iteration, mode)
+            if path.exists():
+                entry["eval"][mode] = read_json(path)
+        if iteration > 0:
+            entry["num_examples"] = buffer.num_examples(iteration)
+            train = layout.train_metrics(iteration)
+            entry["train"] = read_json(train) if train.exists() else None
+        if layout.seconds(iteration).exists():
+            entry["seconds"] = read_json(layout.seconds(iteration))
+        if entry["eval"] or iteration == 0 or layout.iteration(iteration).exists():
+            entries.append(entry)
+    summary = {"iterations": entries, "wall_seconds": round(wall_seconds, 1)}
+    if layout.oracle.exists():  # eval split, budget, success rate and n of the scripted oracle
+        summary["oracle"] = oracle.summary_entry(read_json(layout.oracle))
+    write_json(layout.summary, summary)
+    return summary
+
+
+def record_run_info(layout: RunLayout, seed: int) -> None:
+    """What reproducing this run needs beyond config.yaml: the code revision and the
+    versions of the packages that decide the numbers; one entry per (re)start."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        git = ["git", "-C", str(root), "describe", "--always", "--dirty"]
+        revision = subprocess.run(git, capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        revision = ""
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    starts = read_json(layout.run_info)["starts"] if layout.run_info.exists() else []
+    starts.append(
+        {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "git_revision": revision or None,
+            "python": sys.version.split()[0],
+            "packages": versions,
+            "seed": seed,
+            "threads": torch.get_num_threads(),
+        }
+    )
+    write_json(layout.run_info, {"starts": starts})
+
+
+def seed_everything(seed: int, env: gym.Env | None = None) -> None:
+    """Python, NumPy, torch and the env's own generator from one key. (The loop
+    always names the task it resets to, so the env draws from it only for tasks
+    it picks itself; search and evaluation seed per task, see ``evaluate.task_seed``.)"""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    if env is not None:
+        env.unwrapped.np_random = gym.utils.seeding.np_random(seed)[0]
+
+
+def make_loggers(cfg: DictConfig) -> list:
+    """Lightning loggers from ``cfg.logger`` (a dict of logger configs, any may be null).
+    W&B runs offline unless the user has an API key (``logger.wandb.offline: null``)."""
+    loggers = []
+    for name, spec in (cfg.logger or {}).items():
+        if spec is None:
+            continue
+        kwargs: dict[str, Any] = {}
+        if "WandbLogger" in spec.get("_target_", "") and spec.get("offline") is None:
+            kwargs["offline"] = not os.environ.get("WANDB_API_KEY")
+        logger = instantiate(spec, **kwargs)
+        loggers.append(logger)
+        log.info("logger %s -> %s", name, type(logger).__name__)
+    config = OmegaConf.to_container(cfg, resolve=True)
+    for logger in loggers:
+        logger.log_hyperparams(config)
+    return loggers
+
+
+def finish_wandb(exit_code: int) -> None:
+    """Hydra multirun runs jobs in one process and a new WandbLogger would silently
+    reuse an open run (docs/scaling.md): close it at the end of every job."""
+    try:
+        import wandb
+    except ImportError:
+        return
+    if wandb.run is not None:
+        wandb.finish(exit_code=exit_code)

@@ -1,0 +1,89 @@
+"""One iteration's evaluation: every mode of the plan on the held-out tasks.
+
+The modes (:mod:`agentq.modes`) run in a fixed order, zero-shot first, because
+the recovery test continues iteration 0's failed zero-shot episodes. Each
+mode's episodes and metrics land in the run directory as they finish.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+import torch
+
+from agentq import evaluate as ev
+from agentq.bookkeeping import RunBook
+from agentq.components import Components
+from agentq.intervals import wilson_interval
+from agentq.layout import RunLayout, read_json, write_json
+from agentq.modes import COMMITTED, RECOVERY, VERIFIER, ZERO_SHOT
+from agentq.records.trajectory import Step, Trajectory
+
+log = logging.getLogger(__name__)
+
+
+def evaluate_iteration(parts: Components, book: RunBook, model, critic_model, tokenizer, iteration: int, test_ids) -> None:
+    """Evaluate pi_iteration (``model``) in each configured mode; the critic and the
+    committed mode's judge use ``critic_model``."""
+    plan, env = parts.eval, parts.env
+    model.eval()
+    policy = parts.policy(model, tokenizer)
+
+    def run(mode: str, episode: ev.Episode, task_ids: list[Any]) -> None:
+        with torch.no_grad(), book.phase(iteration, f"eval_{mode}"):
+            metrics = ev.evaluate(
+                episode, task_ids, layout=book.layout, iteration=iteration, mode=mode, seed=parts.seed, workers=parts.workers
+            )
+        write_json(book.layout.eval_metrics(iteration, mode), metrics)
+        book.log_metrics(f"eval/{mode}", metrics, iteration)
+        log.info("iteration %d %s: %s", iteration, mode, headline(metrics))
+
+    if plan.zero_shot:
+        run(ZERO_SHOT, ev.zero_shot(env, policy, max_steps=plan.max_steps, dense_reward=parts.dense_reward), test_ids)
+    if plan.search_modes:
+        critic = parts.critic(critic_model, tokenizer)
+    if COMMITTED in plan.search_modes:  # headline: the agent acts with search, blind to the env's reward
+        search = dataclasses.replace(
+            parts.search, num_simulations=plan.committed.num_simulations, max_depth=plan.committed.max_depth
+        )
+        judge = plan.committed.judge(critic_model, tokenizer)
+        episode = ev.committed(
+            env, policy, critic, judge, search, max_steps=plan.max_steps, dense_reward=parts.dense_reward
+        )
+        run(COMMITTED, episode, test_ids)
+    if VERIFIER in plan.search_modes:  # best rollout by the env's reward: an upper bound
+        # The episode budget of every other row (and of the oracle's), not the collection depth.
+        search = dataclasses.replace(parts.search, max_depth=plan.max_steps)
+        if plan.num_simulations:  # an inference budget of its own
+            search = dataclasses.replace(search, num_simulations=plan.num_simulations)
+        run(VERIFIER, ev.verifier(env, policy, critic, search), test_ids)
+    if plan.recovery:  # after zero_shot: iteration 0's failures are the prefixes
+        prefixes = recovery_prefixes(RunLayout(plan.recovery_from) if plan.recovery_from else book.layout, test_ids, plan.recovery_fraction)
+        episode = ev.recovery(env, policy, prefixes, max_steps=plan.max_steps, dense_reward=parts.dense_reward)
+        run(RECOVERY, episode, list(prefixes))
+
+
+def headline(metrics: dict[str, float]) -> str:
+    """Success with its Wilson 95% interval and the average reward, in one short line."""
+    n = int(metrics.get("num_tasks", 0))
+    low, high = wilson_interval(round(metrics["success_rate"] * n), n) if n else (0.0, 1.0)
+    return f"success {metrics['success_rate']:.3f} [{low:.2f}, {high:.2f}] on {n} tasks, avg reward {metrics['avg_reward']:.3f}"
+
+
+def recovery_prefixes(source: RunLayout, test_ids, fraction: float) -> dict[Any, list[Step]]:
+    """Agent-R's recovery test: failed prefixes of the base policy's greedy episodes
+    (iteration 0 of this run, or of ``eval.recovery_from``, so that several runs
+    are tested on the same prefixes)."""
+    paths = [source.episode(0, ZERO_SHOT, task_id) for task_id in test_ids]
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        raise FileNotFoundError(
+            f"eval.recovery needs the base policy's zero-shot episodes, missing e.g. {missing[0]}: "
+            "keep eval.base=true and eval.zero_shot=true, or point eval.recovery_from at a run that has them"
+        )
+    trajectories = [Trajectory.from_dict(read_json(p)["trajectory"]) for p in paths]
+    prefixes, skipped = ev.failed_prefixes(trajectories, fraction)
+    log.info("recovery: %d failed prefixes, %d tasks without a failure skipped", len(prefixes), len(skipped))
+    return prefixes
