@@ -78,6 +78,20 @@ class Training:
 
 
 @dataclass
+class Weights:
+    """The run's LLMs: the policy's (pi_i, replaced by each iteration's training), the
+    frozen base for the critic and the judge (None: they read the policy's), the tokenizer."""
+
+    policy: Any
+    tokenizer: Any
+    frozen_base: Any = None
+
+    @property
+    def critic(self) -> Any:
+        return self.policy if self.frozen_base is None else self.frozen_base
+
+
+@dataclass
 class Components:
     """Everything a run needs, built without loading weights."""
 

@@ -195,11 +195,22 @@ def format_number(value: float) -> str:
     return f"{value:.2g}"
 
 
+# Below this a phase's rate is timer noise (building pairs from trees: thousands per minute).
+MIN_SECONDS_FOR_A_RATE = 1.0
+
+
 def per_minute(done: float, seconds: float) -> float | None:
-    """The average rate in units per minute, or None when there is none to give."""
-    if done <= 0 or seconds <= 0:
+    """The average rate in units per minute, or None when there is none worth giving."""
+    if done <= 0 or seconds < MIN_SECONDS_FOR_A_RATE:
         return None
     return done * 60.0 / seconds
+
+
+def singular(unit: str) -> str:
+    """``episodes`` -> ``episode``, ``searches`` -> ``search``."""
+    if unit.endswith(("ches", "shes", "sses", "xes")):
+        return unit[:-2]
+    return unit[:-1] if unit.endswith("s") else unit
 
 
 def summary_line(
@@ -208,7 +219,7 @@ def summary_line(
     """``collect: 12 episodes in 3m04s (3.9 episodes/min)``; ``5 of 12`` when short of
     ``total``; ``stopped after ...`` when the phase raised."""
     count = format_number(done)
-    noun = unit[:-1] if done == 1 and unit.endswith("s") else unit
+    noun = singular(unit) if done == 1 else unit
     if total is not None and done != total:
         count = f"{count} of {format_number(total)}"
         noun = unit

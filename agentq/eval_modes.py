@@ -15,7 +15,7 @@ import torch
 
 from agentq import evaluate as ev
 from agentq.bookkeeping import RunBook
-from agentq.components import Components
+from agentq.components import Components, Weights
 from agentq.intervals import wilson_interval
 from agentq.layout import RunLayout, read_json, write_json
 from agentq.modes import COMMITTED, RECOVERY, VERIFIER, ZERO_SHOT
@@ -24,12 +24,12 @@ from agentq.records.trajectory import Step, Trajectory
 log = logging.getLogger(__name__)
 
 
-def evaluate_iteration(parts: Components, book: RunBook, model, critic_model, tokenizer, iteration: int, test_ids) -> None:
-    """Evaluate pi_iteration (``model``) in each configured mode; the critic and the
-    committed mode's judge use ``critic_model``."""
+def evaluate_iteration(parts: Components, book: RunBook, weights: Weights, iteration: int, test_ids) -> None:
+    """Evaluate pi_iteration (``weights.policy``) in each configured mode; the critic and
+    the committed mode's judge read ``weights.critic``."""
     plan, env = parts.eval, parts.env
-    model.eval()
-    policy = parts.policy(model, tokenizer)
+    weights.policy.eval()
+    policy = parts.policy(weights.policy, weights.tokenizer)
 
     def run(mode: str, episode: ev.Episode, task_ids: list[Any]) -> None:
         with torch.no_grad(), book.phase(iteration, f"eval_{mode}"):
@@ -43,12 +43,12 @@ def evaluate_iteration(parts: Components, book: RunBook, model, critic_model, to
     if plan.zero_shot:
         run(ZERO_SHOT, ev.zero_shot(env, policy, max_steps=plan.max_steps, dense_reward=parts.dense_reward), test_ids)
     if plan.search_modes:
-        critic = parts.critic(critic_model, tokenizer)
+        critic = parts.critic(weights.critic, weights.tokenizer)
     if COMMITTED in plan.search_modes:  # headline: the agent acts with search, blind to the env's reward
         search = dataclasses.replace(
             parts.search, num_simulations=plan.committed.num_simulations, max_depth=plan.committed.max_depth
         )
-        judge = plan.committed.judge(critic_model, tokenizer)
+        judge = plan.committed.judge(weights.critic, weights.tokenizer)
         episode = ev.committed(
             env, policy, critic, judge, search, max_steps=plan.max_steps, dense_reward=parts.dense_reward
         )

@@ -26,7 +26,7 @@ from omegaconf import DictConfig
 from agentq import evaluate as ev
 from agentq import oracle, tracking
 from agentq.bookkeeping import RunBook, locate
-from agentq.components import Components, IncompatibleConfig, build
+from agentq.components import Components, Weights, build
 from agentq.console import phase
 from agentq.eval_modes import evaluate_iteration
 from agentq.layout import write_json
@@ -35,7 +35,6 @@ from agentq.report.collect import load_study
 from agentq.report.tables import runs_table
 from agentq.training.fit import fit, merge_adapter
 
-__all__ = ["IncompatibleConfig", "run"]
 log = logging.getLogger(__name__)
 
 
@@ -47,15 +46,15 @@ def run(cfg: DictConfig) -> dict:
     status = "failed"
     try:
         model, tokenizer = parts.model.load()
-        critic_model = frozen_base(parts, model)
+        weights = Weights(model, tokenizer, frozen_base(parts, model))
         train_ids, test_ids = parts.task_ids()
         oracle.write_oracle(cfg, parts.env, test_ids, layout.oracle)  # the scripted oracle on the same goals and budget
         for iteration in range(parts.iterations + 1):
             if iteration > 0:
-                model = improve(parts, book, model, critic_model or model, tokenizer, iteration, train_ids)
+                weights.policy = improve(parts, book, weights, iteration, train_ids)
                 tracking.log_iteration(book.loggers, book.buffer, iteration)
             if iteration > 0 or parts.eval.base:
-                evaluate_iteration(parts, book, model, critic_model or model, tokenizer, iteration, test_ids)
+                evaluate_iteration(parts, book, weights, iteration, test_ids)
             summary = book.write_summary()
         status = "success"
         log.info("result (%s):\n%s", layout.root, runs_table(load_study(layout.root)).to_markdown())
@@ -82,9 +81,10 @@ def frozen_base(parts: Components, model):
     return frozen
 
 
-def improve(parts: Components, book: RunBook, model, critic_model, tokenizer, iteration: int, train_ids) -> torch.nn.Module:
+def improve(parts: Components, book: RunBook, weights: Weights, iteration: int, train_ids) -> torch.nn.Module:
     """Collect, build pairs, train: returns pi_{i+1} (adapter merged)."""
     layout, buffer = book.layout, book.buffer
+    model, tokenizer = weights.policy, weights.tokenizer
     if layout.train_metrics(iteration).exists():  # finished before a restart: replay its adapter
         adapter = layout.adapter(iteration)
         return merge_adapter(model, adapter) if adapter.exists() else model
@@ -92,7 +92,7 @@ def improve(parts: Components, book: RunBook, model, critic_model, tokenizer, it
     policy = parts.policy(model, tokenizer)
     model.eval()
     with book.phase(iteration, "collect"):
-        tasks = collect(parts, book, policy, parts.critic(critic_model, tokenizer), iteration, train_ids)
+        tasks = collect(parts, book, policy, parts.critic(weights.critic, tokenizer), iteration, train_ids)
         if not buffer.has_examples(iteration):
             buffer.write_examples(iteration, build_examples(parts, buffer.searches(iteration), policy, iteration))
     examples = buffer.examples(iteration)

@@ -11,7 +11,7 @@ import pytest
 from rich.console import Console
 
 from agentq import console as con
-from agentq.console import format_duration, phase, summary_line
+from agentq.console import format_duration, phase, singular, summary_line
 
 
 class Clock:
@@ -48,12 +48,19 @@ def lines(caplog) -> list[tuple[int, str]]:
         (40, None, 30, "collect: 40 episodes in 30.0s (80 episodes/min)"),
         (1, 1, 4.2, "collect: 1 episode in 4.2s (14.3 episodes/min)"),
         (0, 3, 0.0, "collect: 0 of 3 episodes in 0.0s"),
+        (3, 3, 0.4, "collect: 3 episodes in 0.4s"),  # too short for a rate
         (3000, None, 3723, "collect: 3000 episodes in 1h02m03s (48.3 episodes/min)"),
         (7, None, 1800, "collect: 7 episodes in 30m00s (0.23 episodes/min)"),
     ],
 )
 def test_summary_line(done, total, seconds, expected):
     assert summary_line("collect", done, total, "episodes", seconds) == expected
+
+
+def test_singular_units():
+    assert [singular(u) for u in ("episodes", "searches", "trees", "examples", "sims", "passes")] == [
+        "episode", "search", "tree", "example", "sim", "pass"
+    ]
 
 
 def test_durations():

@@ -139,9 +139,9 @@ def test_ddp_cpu_smoke_run_trains_in_two_processes_and_evaluates_the_trained_wei
     evaluated = []
     evaluate = loop.evaluate_iteration
 
-    def spy(parts, book, model, *args, **kwargs):
-        evaluated.append(model)
-        return evaluate(parts, book, model, *args, **kwargs)
+    def spy(parts, book, weights, *args, **kwargs):
+        evaluated.append(weights.policy)
+        return evaluate(parts, book, weights, *args, **kwargs)
 
     monkeypatch.setattr(loop, "evaluate_iteration", spy)
     summary = loop.run(cfg)
