@@ -169,6 +169,7 @@ def fit(
             ModelCheckpoint(dirpath=checkpoints, save_last=True, every_n_train_steps=checkpoint_every_n_steps),
             SeedEachBatch(seed),
             StepHistory(history),
+            CloseProcessGroup(),
         ],
         default_root_dir=str(out_dir),
         enable_model_summary=False,
@@ -268,6 +269,21 @@ class StepHistory(Callback):
             tmp = self.path.with_name(self.path.name + ".tmp")
             tmp.write_text(json.dumps(record))
             tmp.replace(self.path)
+
+
+class CloseProcessGroup(Callback):
+    """Each rank leaves the process group together and destroys it once fit is over.
+
+    A spawned worker that exits with its gloo group still open can abort at
+    interpreter exit ("terminate called without an active exception", SIGABRT),
+    when the other rank has already gone: seen once in a full CI run of
+    tests/test_strategies.py. Nothing after ``teardown`` needs the group (the
+    launcher only reads rank 0's state dict)."""
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if trainer.world_size > 1 and torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.barrier()
+            torch.distributed.destroy_process_group()
 
 
 def with_strategy(lightning: Mapping[str, Any]) -> dict[str, Any]:
