@@ -1,4 +1,4 @@
-"""Evaluation on held-out tasks, in four modes (docs/method.md):
+"""Evaluation on held-out tasks, in four modes (docs/method.md §3 and §8):
 
 - **zero_shot**: greedy, no search.
 - **committed**: the agent acts with search (:mod:`agentq.search.committed`): at

@@ -1,4 +1,4 @@
-"""The iterative loop of Agent Q (Algorithm 1, docs/method.md)::
+"""The iterative loop of Agent Q (Algorithm 1, docs/method.md §5)::
 
     iteration 0: evaluate the base policy
     for i in 1..N:
@@ -67,7 +67,7 @@ def run(cfg: DictConfig) -> dict:
 def frozen_base(parts: Components, model):
     """A frozen copy of the base LLM for the critic, or None when the critic uses the policy's model.
 
-    docs/method.md: the critic is "the same base LLM". Training merges each adapter
+    docs/method.md §3: the critic is "the same base LLM". Training merges each adapter
     into the policy's weights in place, so after iteration 1 the base survives only
     as a copy (one model's weights more in memory). It is made only when a trained
     policy's search would use it: MCTS at evaluation, or collection after iteration 1.
