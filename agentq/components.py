@@ -175,11 +175,9 @@ def make_env(cfg: DictConfig) -> gym.Env:
     """The configured env, checked against the worker count and the splits the loop reads."""
     _check_env_id(cfg.env.make.id)
     env = instantiate(cfg.env.make)
-    workers = cfg.get("workers", 1)
+    workers = cfg.get("workers", 1)  # an integer >= 1: validation.check_loop_keys
     try:
         check_contract(env)  # what the agent side reads of an env (envs/contract.py)
-        if not isinstance(workers, int) or workers < 1:
-            raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
         if workers > 1 and not env.unwrapped.forkable:
             raise IncompatibleConfig(
                 f"workers={workers} forks the environment, and {type(env.unwrapped).__name__} holds a "
@@ -193,17 +191,10 @@ def make_env(cfg: DictConfig) -> gym.Env:
 
 
 def training(trainer: DictConfig) -> Training:
-    return Training(
-        optimizer=trainer.optimizer,
-        lora=trainer.lora,
-        lightning=OmegaConf.to_container(trainer.lightning, resolve=True),
-        batch_size=trainer.batch_size,
-        max_prompt_tokens=trainer.max_prompt_tokens,
-        use_logged_reference=trainer.use_logged_reference,
-        checkpoint_every_n_steps=trainer.checkpoint_every_n_steps,
-        gradient_checkpointing=trainer.gradient_checkpointing,
-        shared_prefix=trainer.shared_prefix,
-    )
+    """``cfg.trainer`` (every key checked by ``validation.check_trainer``, whose
+    ``LOOP_READS`` names these fields)."""
+    values = {f.name: trainer[f.name] for f in dataclasses.fields(Training)}
+    return Training(**values | {"lightning": OmegaConf.to_container(trainer.lightning, resolve=True)})
 
 
 def eval_plan(cfg: DictConfig, search) -> EvalPlan:

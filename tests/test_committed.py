@@ -140,9 +140,10 @@ def test_bad_search_modes_are_refused_before_any_model_loads(make_cfg, overrides
 def test_search_stats_sum_and_read_files_written_before():
     a = SearchStats(policy_calls=2, critic_calls=1, env_steps=3)
     b = SearchStats(policy_calls=1, judge_calls=4, restores=2)
-    total = a + b
+    total = SearchStats.from_dict(a.to_dict())
+    total.add(b)
     assert total == SearchStats(policy_calls=3, critic_calls=1, judge_calls=4, env_steps=3, restores=2)
-    assert a == SearchStats(policy_calls=2, critic_calls=1, env_steps=3)  # + leaves its operands alone
+    assert b == SearchStats(policy_calls=1, judge_calls=4, restores=2)  # add leaves its argument alone
     assert total.model_calls == 8
     # An old file's counters: the missing ones are 0; an unknown one is an error, not a silent 0.
     assert SearchStats.from_dict({"policy_calls": 40, "searches": 3}) == SearchStats(policy_calls=40, searches=3)

@@ -324,3 +324,12 @@ def test_the_issue_examples_fail_fast_through_run_py(tmp_path, overrides, key):
     # Most of it is importing torch, transformers and Lightning. CPU time, because wall
     # time on a shared machine measures the neighbours (12 s wall for 4.5 s CPU at load 10).
     assert cpu < 15, f"{cpu:.1f} s CPU, {wall:.1f} s wall"
+
+
+def test_the_trainer_keys_validation_checks_are_the_ones_the_loop_reads():
+    import dataclasses
+
+    from agentq.components import Training
+    from agentq.validation import LOOP_READS
+
+    assert set(LOOP_READS) == {f.name for f in dataclasses.fields(Training)}

@@ -197,11 +197,6 @@ class SearchStats:
         for f in fields(self):
             setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
-    def __add__(self, other: SearchStats) -> SearchStats:
-        total = SearchStats(**asdict(self))
-        total.add(other)
-        return total
-
     def to_dict(self) -> dict[str, int]:
         return asdict(self)
 

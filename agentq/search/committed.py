@@ -30,7 +30,7 @@ from agentq.records.history import History
 from agentq.records.trajectory import Step, Trajectory
 from agentq.records.tree import Node, SearchResult, SearchStats
 from agentq.search.mcts import MCTS, Critic
-from agentq.search.position import path_steps
+from agentq.search.position import Position, path_steps
 
 
 def committed_episode(
@@ -70,7 +70,8 @@ def committed_episode(
         )  # fmt: skip
         stats.add(result.stats)
         edge = chosen_edge(result)
-        _return_to(env, task_id, commands, result)
+        # Back to the root's state, which the search left (its replay is not the agent's: uncounted).
+        Position(env, task_id, result.tree, SearchStats(), commands).goto(result.tree.root)
         history, reward, outcome = ep.step(env, history, edge.action, edge.command)
         stats.env_steps += 1
         step = path_steps(result.tree, edge)[-1]
@@ -90,13 +91,3 @@ def chosen_edge(result: SearchResult) -> Node:
         raise RuntimeError(f"task {tree.task_id!r}: the search expanded no action at the root")
     return max(children, key=lambda c: (c.visits, c.blended_q(tree.alpha), -c.id))
 
-
-def _return_to(env: gym.Env, task_id: Any, commands: list[str], result: SearchResult) -> None:
-    """Put the env back in the root's state, which the search left."""
-    root = result.tree.root
-    if root.snapshot is not None:
-        env.unwrapped.restore(root.snapshot)
-        return
-    ep.start(env, task_id)
-    for command in commands:
-        env.step(command)
