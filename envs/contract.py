@@ -11,9 +11,9 @@ reads them as follows (the agent side never imports an env package directly):
 - ``info["success"]``, ``info["score"]``, ``info["valid_actions"]``: the
   outcome of every step and the commands the policy is grounded to
   (``agentq.agent.episode``); see :data:`INFO_KEYS`.
-- ``forkable``: whether ``workers > 1`` may fork the env (``agentq.loop.build``,
+- ``forkable``: whether ``workers > 1`` may fork the env (``agentq.components.make_env``,
   ``agentq.parallel``).
-- ``np_random``: written by ``agentq.loop.seed_everything``, drawn from by
+- ``np_random``: written by ``agentq.bookkeeping.seed_everything``, drawn from by
   ``reset`` without a task id (:func:`choose_task`).
 - ``snapshot()`` / ``restore(state)``, optional (:class:`SnapshotEnv`): search
   returns to a node by restore when both exist, else by ``reset`` and replay of

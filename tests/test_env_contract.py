@@ -83,7 +83,7 @@ def test_every_env_plays_a_task_by_the_contract(made) -> None:
 
 
 def test_reset_draws_train_tasks_from_the_assigned_np_random() -> None:
-    """What agentq.loop.seed_everything relies on: assigning np_random fixes the drawn tasks."""
+    """What agentq.bookkeeping.seed_everything relies on: assigning np_random fixes the drawn tasks."""
     env = gymnasium.make(ENVS["textcraft"][0]).unwrapped
 
     def draws() -> list[int]:

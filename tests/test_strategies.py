@@ -19,7 +19,7 @@ from safetensors.torch import load_file
 from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer
 
-from agentq import loop
+from agentq import components, loop
 from agentq.models import TinyRandomModel, completion_logprobs, pad_pairs
 from agentq.objectives import DPOLoss, SFTLoss
 from agentq.training.fit import (
@@ -48,7 +48,7 @@ def test_ddp_cpu_is_cpu_with_two_spawned_processes(make_cfg):
     # Everything else (optimizer, LoRA, the smoke batch size) comes from cpu.yaml and the experiment.
     rest = {k: v for k, v in OmegaConf.to_container(ddp.trainer).items() if k != "lightning"}
     assert rest == {k: v for k, v in OmegaConf.to_container(cpu.trainer).items() if k != "lightning"}
-    parts = loop.build(ddp)
+    parts = components.build(ddp)
     parts.env.close()
 
 
@@ -67,14 +67,14 @@ def test_gpu_presets_compose(make_cfg):
     assert ddp | {"accelerator": "gpu", "precision": "bf16-mixed"} == ddp
     assert ddp["strategy"] == "ddp_spawn" and ddp["devices"] == 2
     # An evaluation-only run never builds a Trainer: GPU presets build anywhere.
-    parts = loop.build(make_cfg("+experiment=smoke", "trainer=fsdp_gpu", "iterations=0"))
+    parts = components.build(make_cfg("+experiment=smoke", "trainer=fsdp_gpu", "iterations=0"))
     parts.env.close()
     # A run that trains is refused in build, before the base evaluation and collection.
     with pytest.raises(ValueError, match="trainer.lightning.strategy: FSDPStrategy shards the weights"):
-        loop.build(make_cfg("+experiment=smoke", "trainer=fsdp_gpu"))
+        components.build(make_cfg("+experiment=smoke", "trainer=fsdp_gpu"))
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match=r"trainer.lightning \(accelerator='gpu'"):
-            loop.build(make_cfg("+experiment=smoke", "trainer=ddp_gpu"))
+            components.build(make_cfg("+experiment=smoke", "trainer=ddp_gpu"))
 
 
 def test_fsdp_strategy_builds_on_cpu_with_the_peft_wrap(make_cfg):

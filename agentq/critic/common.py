@@ -44,7 +44,7 @@ class CheckedSettings:
 
     @classmethod
     def check_args(cls, key: str, **given: Any) -> None:
-        """The settings' ranges, without a model (``agentq.loop.build`` calls it on the
+        """The settings' ranges, without a model (``agentq.components.build`` calls it on the
         config at ``key``, before any model loads); a setting not given takes its
         default, unknown keys are ignored."""
         settings = {f.name: f.default for f in fields(cls) if f.default is not MISSING} | given

