@@ -29,7 +29,7 @@ from agentq.modes import MODES
 
 log = logging.getLogger(__name__)
 # The packages that decide the numbers, recorded with every (re)start.
-PACKAGES = ("torch", "transformers", "peft", "lightning", "hydra-core", "gymnasium", "trl", "wandb")
+PACKAGES = ("torch", "transformers", "peft", "lightning", "hydra-core", "gymnasium", "trl", "wandb", "openvino-genai")
 
 
 def locate(cfg: DictConfig) -> tuple[DictConfig, RunLayout, bool]:
@@ -53,6 +53,7 @@ class RunBook:
         seed_everything(cfg.seed, env)
         record_run_info(layout, cfg.seed)
         self.layout, self.iterations = layout, cfg.iterations
+        self.decoding = decoding(cfg)
         self.buffer = ReplayBuffer(layout)
         self.loggers = make_loggers(cfg)
         self.started = time.monotonic()
@@ -75,7 +76,7 @@ class RunBook:
 
     def write_summary(self) -> dict:
         wall = self.previous_wall + time.monotonic() - self.started
-        return write_summary(self.layout, self.buffer, self.iterations, wall)
+        return write_summary(self.layout, self.buffer, self.iterations, wall, decoding=self.decoding)
 
     def close(self, status: str) -> None:
         for logger in self.loggers:
@@ -83,7 +84,20 @@ class RunBook:
         finish_wandb(exit_code=0 if status == "success" else 1)
 
 
-def write_summary(layout: RunLayout, buffer: ReplayBuffer, iterations: int, wall_seconds: float) -> dict:
+def decoding(cfg: DictConfig) -> dict[str, str]:
+    """Which engine decoded the policy, and where the DPO reference log-probs came from
+    (components.check_engine allows logged ones only from the exact engine)."""
+    engine = str(OmegaConf.select(cfg, "engine._target_", default="agentq.models.engine.HFEngine"))
+    logged = bool(OmegaConf.select(cfg, "trainer.use_logged_reference", default=False))
+    return {
+        "engine": engine.rsplit(".", 1)[-1],
+        "dpo_reference": "logged at sampling (the HF engine, the trainer's numerics)" if logged else "the trainer's forward pass",
+    }
+
+
+def write_summary(
+    layout: RunLayout, buffer: ReplayBuffer, iterations: int, wall_seconds: float, *, decoding: dict[str, str] | None = None
+) -> dict:
     """``summary.json`` from the files each phase wrote."""
     entries = []
     for iteration in range(iterations + 1):
@@ -101,6 +115,8 @@ def write_summary(layout: RunLayout, buffer: ReplayBuffer, iterations: int, wall
         if entry["eval"] or iteration == 0 or layout.iteration(iteration).exists():
             entries.append(entry)
     summary = {"iterations": entries, "wall_seconds": round(wall_seconds, 1)}
+    if decoding is not None:
+        summary["decoding"] = decoding
     if layout.oracle.exists():  # eval split, budget, success rate and n of the scripted oracle
         summary["oracle"] = oracle.summary_entry(read_json(layout.oracle))
     write_json(layout.summary, summary)

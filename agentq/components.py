@@ -51,11 +51,13 @@ class EvalPlan:
     base: bool  # evaluate the base policy as iteration 0
     zero_shot: bool
     search_modes: tuple[str, ...]  # empty when eval.search is false
+    search_num_tasks: int | None  # the search modes run on the first n held-out tasks (None: all)
     num_simulations: int | None  # the verifier's own budget (None: the search's)
     committed: Committed | None
     recovery: bool
     recovery_fraction: float
     recovery_from: Path | None
+    concurrency: int  # episodes in flight at once
 
 
 @dataclass(frozen=True)
@@ -80,11 +82,19 @@ class Training:
 @dataclass
 class Weights:
     """The run's LLMs: the policy's (pi_i, replaced by each iteration's training), the
-    frozen base for the critic and the judge (None: they read the policy's), the tokenizer."""
+    frozen base for the critic and the judge (None: they read the policy's), the tokenizer,
+    and the engine that decodes the policy (serving ``policy``'s weights)."""
 
     policy: Any
     tokenizer: Any
     frozen_base: Any = None
+    engine: Any = None
+
+    def train(self, model: Any) -> None:
+        """pi_{i+1} replaces pi_i, in the trainer and in the engine (merging an adapter
+        changes the weights in place, so the engine is told even when ``model`` is pi_i)."""
+        self.policy = model
+        self.engine.serve(model)
 
     @property
     def critic(self) -> Any:
@@ -96,7 +106,9 @@ class Components:
     """Everything a run needs, built without loading weights."""
 
     model: Any  # a loader with .load() -> (model, tokenizer)
+    engine: Callable  # (model, tokenizer) -> the engine that decodes the policy (agentq.models.engine)
     env: gym.Env
+    make_env: Callable[[], gym.Env]  # another instance of the env, for a concurrent search
     policy: Callable  # (model, tokenizer) -> policy
     critic: Callable  # (model, tokenizer) -> critic
     search: Any
@@ -108,9 +120,23 @@ class Components:
     iterations: int  # N of Algorithm 1
     collect_split: str
     collect_num_tasks: int  # B
+    collect_concurrency: int  # searches in flight at once
     workers: int
     dense_reward: bool
     frozen_critic: bool  # the critic keeps the base LLM (critic_model=base)
+
+    pool: list[gym.Env] = dataclasses.field(default_factory=list)  # the env instances made for lanes
+
+    def envs(self, n: int) -> list[gym.Env]:
+        """``n`` instances of the env, one per concurrent search: the run's own, then
+        instances kept for the whole run (a JVM or a browser each starts once)."""
+        while len(self.pool) < n - 1:
+            self.pool.append(self.make_env())
+        return [self.env, *self.pool[: n - 1]]
+
+    def close(self) -> None:
+        for env in [self.env, *self.pool]:
+            env.close()
 
     def task_ids(self) -> tuple[list[Any], list[Any]]:
         """(training tasks to draw from, the first ``eval.num_tasks`` held-out tasks)."""
@@ -133,13 +159,17 @@ def build(cfg: DictConfig) -> Components:
     plan = eval_plan(cfg, search)
     validation.check_trainer(cfg, kind=getattr(objective, "kind", None))
     policy = instantiate(cfg.agent)
+    engine = instantiate(cfg.engine)
+    check_engine(cfg, engine.func)
     model = instantiate(cfg.model)
     if callable(getattr(model, "check", None)):
         model.check()  # the folders and files load() reads, without reading weights
     env = make_env(cfg)
     return Components(
         model=model,
+        engine=engine,
         env=env,
+        make_env=lambda: instantiate(cfg.env.make),
         policy=policy,
         critic=critic,
         search=search,
@@ -151,6 +181,7 @@ def build(cfg: DictConfig) -> Components:
         iterations=cfg.iterations,
         collect_split=cfg.collect.split,
         collect_num_tasks=cfg.collect.num_tasks,
+        collect_concurrency=cfg.collect.get("concurrency", 1),
         workers=cfg.get("workers", 1),
         dense_reward=cfg.dense_reward,
         frozen_critic=cfg.get("critic_model", "base") == "base",
@@ -169,6 +200,37 @@ def check_precision(cfg: DictConfig) -> None:
         )
     if cfg.get("critic_model", "base") not in ("base", "policy"):
         raise ValueError(f"critic_model must be 'base' or 'policy', got {cfg.critic_model!r}")
+
+
+def check_engine(cfg: DictConfig, engine_cls) -> None:
+    """What the chosen engine cannot do, refused with the keys to change (docs/method.md §11)."""
+    name = OmegaConf.select(cfg, "engine._target_", default="?").rsplit(".", 1)[-1]
+    sampling = cfg.agent.sampling
+    if sampling.constrain_command and not engine_cls.constrains:
+        raise IncompatibleConfig(
+            f"engine {name} does not take the COMMAND constraint (a logits mask at every step): "
+            "set agent.sampling.constrain_command=false, or use engine=hf"
+        )
+    check_sampling = getattr(engine_cls, "check_sampling", None)
+    if check_sampling is not None:
+        check_sampling(temperature=sampling.temperature, top_p=sampling.top_p)
+    concurrent = [k for k in ("collect.concurrency", "eval.concurrency") if OmegaConf.select(cfg, k, default=1) > 1]
+    if concurrent and not engine_cls.batches:
+        raise IncompatibleConfig(
+            f"{' and '.join(concurrent)} > 1 runs searches side by side so that one engine batches their "
+            f"model calls, and engine {name} serves one request at a time: use engine=openvino, or set them to 1"
+        )
+    if cfg.get("workers", 1) > 1 and engine_cls.batches:
+        raise IncompatibleConfig(
+            f"workers={cfg.workers} forks processes, and engine {name} runs a thread of its own that a fork "
+            "does not copy: use collect.concurrency and eval.concurrency instead (one engine batches them)"
+        )
+    if cfg.iterations > 0 and cfg.trainer.get("use_logged_reference") and not engine_cls.exact:
+        raise IncompatibleConfig(
+            f"trainer.use_logged_reference=true takes pi_ref from the log-probs logged at sampling, and engine "
+            f"{name} computes them with other kernels than the trainer: set trainer.use_logged_reference=false "
+            "(the trainer's own forward pass gives the reference), or use engine=hf"
+        )
 
 
 def make_env(cfg: DictConfig) -> gym.Env:
@@ -220,11 +282,13 @@ def eval_plan(cfg: DictConfig, search) -> EvalPlan:
         base=e.base,
         zero_shot=e.zero_shot,
         search_modes=modes,
+        search_num_tasks=e.get("search_num_tasks"),
         num_simulations=e.get("num_simulations"),
         committed=committed,
         recovery=e.recovery,
         recovery_fraction=e.recovery_fraction,
         recovery_from=Path(e.recovery_from) if e.get("recovery_from") else None,
+        concurrency=e.get("concurrency", 1),
     )
 
 

@@ -47,6 +47,8 @@ def quiet_libraries() -> None:
     # bm25s (WebShop's search engine) sets its logger to DEBUG when imported, so its
     # "Building index from tokens" passes Hydra's INFO root: a logger filter survives setLevel.
     logging.getLogger("bm25s").addFilter(_INFO_AND_ABOVE)
+    # gguf's writer logs each file's tensor list at INFO; the OpenVINO engine logs the one line that matters.
+    logging.getLogger("gguf").setLevel(logging.WARNING)
     hide_transformers_bars()
 
 

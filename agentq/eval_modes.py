@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable
 from typing import Any
-
-import torch
 
 from agentq import evaluate as ev
 from agentq.bookkeeping import RunBook
 from agentq.components import Components, Weights
 from agentq.intervals import wilson_interval
+from agentq.lanes import Lane, lanes
 from agentq.layout import RunLayout, read_json, write_json
 from agentq.modes import COMMITTED, RECOVERY, VERIFIER, ZERO_SHOT
 from agentq.records.trajectory import Step, Trajectory
@@ -25,44 +25,47 @@ log = logging.getLogger(__name__)
 
 
 def evaluate_iteration(parts: Components, book: RunBook, weights: Weights, iteration: int, test_ids) -> None:
-    """Evaluate pi_iteration (``weights.policy``) in each configured mode; the critic and
-    the committed mode's judge read ``weights.critic``."""
-    plan, env = parts.eval, parts.env
+    """Evaluate pi_iteration (``weights.policy``, decoded by ``weights.engine``) in each
+    configured mode, ``eval.concurrency`` episodes at a time; the critic and the
+    committed mode's judge read ``weights.critic``."""
+    plan = parts.eval
     weights.policy.eval()
-    policy = parts.policy(weights.policy, weights.tokenizer)
+    policy = parts.policy(weights.policy, weights.tokenizer, engine=weights.engine)
+    lanes_ = lanes(parts, weights, policy, plan.concurrency)
 
-    def run(mode: str, episode: ev.Episode, task_ids: list[Any]) -> None:
-        with torch.no_grad(), book.phase(iteration, f"eval_{mode}"):
+    def run(mode: str, episode: Callable[[Lane], ev.Episode], task_ids: list[Any]) -> None:
+        with book.phase(iteration, f"eval_{mode}"):
             metrics = ev.evaluate(
-                episode, task_ids, layout=book.layout, iteration=iteration, mode=mode, seed=parts.seed, workers=parts.workers
-            )
+                [episode(lane) for lane in lanes_], task_ids, layout=book.layout, iteration=iteration,
+                mode=mode, seed=parts.seed, workers=parts.workers,
+            )  # fmt: skip
         write_json(book.layout.eval_metrics(iteration, mode), metrics)
         book.log_metrics(f"eval/{mode}", metrics, iteration)
         log.info("iteration %d %s: %s", iteration, mode, headline(metrics))
 
+    dense = parts.dense_reward
+    search_ids = test_ids[: plan.search_num_tasks]  # a search costs more than a greedy episode
     if plan.zero_shot:
-        run(ZERO_SHOT, ev.zero_shot(env, policy, max_steps=plan.max_steps, dense_reward=parts.dense_reward), test_ids)
-    if plan.search_modes:
-        critic = parts.critic(weights.critic, weights.tokenizer)
+        run(ZERO_SHOT, lambda lane: ev.zero_shot(lane.env, lane.policy, max_steps=plan.max_steps, dense_reward=dense), test_ids)
     if COMMITTED in plan.search_modes:  # headline: the agent acts with search, blind to the env's reward
         search = dataclasses.replace(
             parts.search, num_simulations=plan.committed.num_simulations, max_depth=plan.committed.max_depth
         )
-        judge = plan.committed.judge(weights.critic, weights.tokenizer)
-        episode = ev.committed(
-            env, policy, critic, judge, search, max_steps=plan.max_steps, dense_reward=parts.dense_reward
-        )
-        run(COMMITTED, episode, test_ids)
+
+        def committed(lane: Lane) -> ev.Episode:
+            judge = plan.committed.judge(lane.critic_model, weights.tokenizer)
+            return ev.committed(lane.env, lane.policy, lane.critic, judge, search, max_steps=plan.max_steps, dense_reward=dense)
+
+        run(COMMITTED, committed, search_ids)
     if VERIFIER in plan.search_modes:  # best rollout by the env's reward: an upper bound
         # The episode budget of every other row (and of the oracle's), not the collection depth.
         search = dataclasses.replace(parts.search, max_depth=plan.max_steps)
         if plan.num_simulations:  # an inference budget of its own
             search = dataclasses.replace(search, num_simulations=plan.num_simulations)
-        run(VERIFIER, ev.verifier(env, policy, critic, search), test_ids)
+        run(VERIFIER, lambda lane: ev.verifier(lane.env, lane.policy, lane.critic, search), search_ids)
     if plan.recovery:  # after zero_shot: iteration 0's failures are the prefixes
         prefixes = recovery_prefixes(RunLayout(plan.recovery_from) if plan.recovery_from else book.layout, test_ids, plan.recovery_fraction)
-        episode = ev.recovery(env, policy, prefixes, max_steps=plan.max_steps, dense_reward=parts.dense_reward)
-        run(RECOVERY, episode, list(prefixes))
+        run(RECOVERY, lambda lane: ev.recovery(lane.env, lane.policy, prefixes, max_steps=plan.max_steps, dense_reward=dense), list(prefixes))
 
 
 def headline(metrics: dict[str, float]) -> str:

@@ -135,7 +135,7 @@ def failed_prefixes(
 
 
 def evaluate(
-    episode: Episode,
+    episode: Episode | Sequence[Episode],
     task_ids: Sequence[Any],
     *,
     layout: RunLayout,
@@ -144,16 +144,23 @@ def evaluate(
     seed: int,
     workers: int = 1,
 ) -> dict[str, float]:
-    """Run ``episode`` on every task (skipping finished ones, in ``workers``
-    processes, see :mod:`agentq.parallel`) and aggregate."""
+    """Run ``episode`` on every task (skipping finished ones) and aggregate. Given one
+    episode function per lane, the lanes run side by side in threads; ``workers > 1``
+    forks processes instead (see :mod:`agentq.parallel`)."""
 
-    def run(task_id: Any) -> None:
-        generator = torch.Generator().manual_seed(task_seed(seed, iteration, task_id, salt=1))
-        trajectory, stats = episode(task_id, generator)
-        write_json(layout.episode(iteration, mode, task_id), {"trajectory": trajectory.to_dict(), "stats": stats.to_dict()})
+    def runner(episode: Episode) -> Callable[[Any], None]:
+        def run(task_id: Any) -> None:
+            generator = torch.Generator().manual_seed(task_seed(seed, iteration, task_id, salt=1))
+            with torch.no_grad():  # per thread: a lane's thread does not inherit the caller's
+                trajectory, stats = episode(task_id, generator)
+            record = {"trajectory": trajectory.to_dict(), "stats": stats.to_dict()}
+            write_json(layout.episode(iteration, mode, task_id), record)
 
+        return run
+
+    lanes = [runner(e) for e in ([episode] if callable(episode) else episode)]
     todo = [t for t in task_ids if not layout.episode(iteration, mode, t).exists()]
-    for_each_task(run, todo, workers=workers, description=f"eval {mode} (iter {iteration})")
+    for_each_task(lanes, todo, workers=workers, description=f"eval {mode} (iter {iteration})")
     return aggregate([read_json(layout.episode(iteration, mode, t)) for t in task_ids])
 
 

@@ -29,6 +29,7 @@ from agentq.bookkeeping import RunBook, locate
 from agentq.components import Components, Weights, build
 from agentq.console import phase
 from agentq.eval_modes import evaluate_iteration
+from agentq.lanes import Lane, lanes
 from agentq.layout import write_json
 from agentq.parallel import for_each_task
 from agentq.report.collect import load_study
@@ -43,15 +44,15 @@ def run(cfg: DictConfig) -> dict:
     cfg, layout, resuming = locate(cfg)
     parts = build(cfg)  # before config.yaml: a refused config leaves nothing to resume
     book = RunBook(cfg, layout, resuming=resuming, env=parts.env)
-    status = "failed"
+    status, weights = "failed", None
     try:
         model, tokenizer = parts.model.load()
-        weights = Weights(model, tokenizer, frozen_base(parts, model))
+        weights = Weights(model, tokenizer, frozen_base(parts, model), parts.engine(model, tokenizer))
         train_ids, test_ids = parts.task_ids()
         oracle.write_oracle(cfg, parts.env, test_ids, layout.oracle)  # the scripted oracle on the same goals and budget
         for iteration in range(parts.iterations + 1):
             if iteration > 0:
-                weights.policy = improve(parts, book, weights, iteration, train_ids)
+                weights.train(improve(parts, book, weights, iteration, train_ids))
                 tracking.log_iteration(book.loggers, book.buffer, iteration)
             if iteration > 0 or parts.eval.base:
                 evaluate_iteration(parts, book, weights, iteration, test_ids)
@@ -60,7 +61,9 @@ def run(cfg: DictConfig) -> dict:
         log.info("result (%s):\n%s", layout.root, runs_table(load_study(layout.root)).to_markdown())
         return summary
     finally:
-        parts.env.close()
+        if weights is not None:
+            weights.engine.close()
+        parts.close()
         book.close(status)
 
 
@@ -89,10 +92,10 @@ def improve(parts: Components, book: RunBook, weights: Weights, iteration: int, 
         adapter = layout.adapter(iteration)
         return merge_adapter(model, adapter) if adapter.exists() else model
 
-    policy = parts.policy(model, tokenizer)
+    policy = parts.policy(model, tokenizer, engine=weights.engine)
     model.eval()
     with book.phase(iteration, "collect"):
-        tasks = collect(parts, book, policy, parts.critic(weights.critic, tokenizer), iteration, train_ids)
+        tasks = collect(parts, book, weights, policy, iteration, train_ids)
         if not buffer.has_examples(iteration):
             buffer.write_examples(iteration, build_examples(parts, buffer.searches(iteration), policy, iteration))
     examples = buffer.examples(iteration)
@@ -120,19 +123,23 @@ def build_examples(parts: Components, searches, policy, iteration: int) -> list:
     return examples
 
 
-def collect(parts: Components, book: RunBook, policy, critic, iteration: int, train_ids) -> list:
-    """Search the B training tasks drawn for this iteration (returned); each result is
-    written as it finishes."""
+def collect(parts: Components, book: RunBook, weights: Weights, policy, iteration: int, train_ids) -> list:
+    """Search the B training tasks drawn for this iteration (returned), ``collect.concurrency``
+    at a time; each result is written as it finishes."""
     rng = np.random.default_rng([parts.seed, iteration])
     count = min(parts.collect_num_tasks, len(train_ids))
     tasks = [train_ids[i] for i in rng.choice(len(train_ids), size=count, replace=False)]
 
-    def search(task_id) -> None:
-        generator = torch.Generator().manual_seed(ev.task_seed(parts.seed, iteration, task_id))
-        with torch.no_grad():
-            result = parts.search(parts.env, policy, critic, task_id=task_id, generator=generator)
-        book.buffer.write_search(iteration, task_id, result)
+    def searcher(lane: Lane):
+        def search(task_id) -> None:
+            generator = torch.Generator().manual_seed(ev.task_seed(parts.seed, iteration, task_id))
+            with torch.no_grad():
+                result = parts.search(lane.env, lane.policy, lane.critic, task_id=task_id, generator=generator)
+            book.buffer.write_search(iteration, task_id, result)
+
+        return search
 
     todo = [t for t in tasks if not book.buffer.has_search(iteration, t)]
-    for_each_task(search, todo, workers=parts.workers, description=f"collect (iter {iteration})", unit="searches")
+    searches = [searcher(lane) for lane in lanes(parts, weights, policy, min(parts.collect_concurrency, len(todo)))]
+    for_each_task(searches, todo, workers=parts.workers, description=f"collect (iter {iteration})", unit="searches")
     return tasks

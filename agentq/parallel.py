@@ -1,4 +1,15 @@
-"""Search and evaluate tasks in parallel worker processes.
+"""Search and evaluate tasks side by side: in threads sharing one engine, or in
+worker processes.
+
+**Lanes (threads).** With a batching engine (``engine=openvino``), N tasks run
+at once in N threads, each with its own env, policy and critic (a *lane*):
+their model calls wait in the one engine, which decodes them together. The
+threads spend their time waiting for the engine (whose work runs outside the
+GIL), so N lanes keep one engine busy at batch N. A task's result depends on
+its own seed and the engine's per-request determinism, never on its lane or on
+what ran beside it (tests/test_concurrency.py).
+
+**Worker processes** (``workers``, HF engine only).
 
 Decoding a small model on a CPU is bound by per-token overhead, not by the
 cores: SmolLM2-135M decodes at ~70 ms/token with one thread or two, so two
@@ -21,6 +32,7 @@ from __future__ import annotations
 import ctypes
 import multiprocessing as mp
 import signal
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -31,14 +43,27 @@ from agentq.console import phase
 
 
 def for_each_task(
-    fn: Callable[[Any], None], task_ids: Sequence[Any], *, workers: int, description: str, unit: str = "episodes"
+    fn: Callable[[Any], None] | Sequence[Callable[[Any], None]],
+    task_ids: Sequence[Any],
+    *,
+    workers: int = 1,
+    description: str,
+    unit: str = "episodes",
 ) -> None:
-    """Call ``fn(task_id)`` for every task; with ``workers > 1`` in that many forked processes.
+    """Call ``fn(task_id)`` for every task: given a list of functions (one per lane),
+    in that many threads; with ``workers > 1``, in that many forked processes.
 
     ``fn`` must leave its result on disk: nothing is returned from the workers.
     One progress bar (and one summary line with the rate in ``unit``/min) per call.
     Raises RuntimeError if a worker failed (the tasks others finished are kept).
     """
+    if not callable(fn):
+        lanes = list(fn)
+        if len(lanes) > 1 and len(task_ids) > 1:
+            if workers > 1:
+                raise ValueError("for_each_task: lanes run in threads of one process; workers must be 1")
+            return _in_lanes(lanes, task_ids, description=description, unit=unit)
+        fn = lanes[0]
     workers = min(workers, len(task_ids))
     if workers <= 1:
         with phase(description, total=len(task_ids), unit=unit) as advance:
@@ -76,6 +101,52 @@ def for_each_task(
             f"{description}: {len(failed)} of {workers} workers failed ({codes}; traceback above). "
             "Finished tasks are on disk: resume the run to redo only the rest."
         )
+
+
+def _in_lanes(lanes: Sequence[Callable[[Any], None]], task_ids: Sequence[Any], *, description: str, unit: str) -> None:
+    """Each lane in a thread of its own takes the next task until none is left; the
+    first failure stops the lanes after their current task and is raised here."""
+    tasks = iter(task_ids)
+    lock = threading.Lock()
+    failures: list[BaseException] = []
+    done = [0]
+
+    def lane(fn: Callable[[Any], None]) -> None:
+        while not failures:
+            with lock:
+                task_id = next(tasks, _NONE)
+            if task_id is _NONE:
+                return
+            try:
+                fn(task_id)
+            except BaseException as e:  # noqa: BLE001  (raised again in the caller's thread)
+                failures.append(e)
+                return
+            with lock:
+                done[0] += 1
+
+    threads = [
+        threading.Thread(target=lane, args=(fn,), name=f"{description} lane {i}", daemon=True)
+        for i, fn in enumerate(lanes[: len(task_ids)])
+    ]
+    for t in threads:
+        t.start()
+    with phase(description, total=len(task_ids), unit=unit) as advance:
+        shown = 0
+        while any(t.is_alive() for t in threads):
+            for t in threads:
+                t.join(timeout=0.25)
+            advance(done[0] - shown)
+            shown = done[0]
+        advance(done[0] - shown)
+    if failures:
+        raise RuntimeError(
+            f"{description}: a task failed ({failures[0]!r}); finished tasks are on disk: resume the run "
+            "to redo only the rest"
+        ) from failures[0]
+
+
+_NONE = object()
 
 
 def _work(fn, task_ids, next_task, done, threads: int) -> None:

@@ -230,10 +230,13 @@ def check_loop_keys(cfg: DictConfig) -> None:
         require_int(key, select(key), 0)
     require_int("eval.max_steps", select("eval.max_steps"), 1)
     require_int("workers", select("workers", default=1), 1)
+    for key in ("collect.concurrency", "eval.concurrency"):
+        require_int(key, select(key, default=1), 1)
     require_int("threads", select("threads"), 1, none_ok=True)
     for key in ("dense_reward", "eval.base", "eval.zero_shot", "eval.search", "eval.recovery"):
         require_bool(key, select(key, default=False))
     require_int("eval.num_simulations", select("eval.num_simulations"), 1, none_ok=True)
+    require_int("eval.search_num_tasks", select("eval.search_num_tasks"), 1, none_ok=True)
     for key in ("collect.split", "eval.split"):
         if not isinstance(select(key), str):
             raise ValueError(f"{key} must be the name of one of the env's splits, got {select(key)!r}")
@@ -312,7 +315,7 @@ def check_trainer(cfg: DictConfig, *, kind: str | None) -> None:
     ``kind`` is the objective's (``preference`` or ``sft``). The Trainer itself is
     constructed only when ``cfg.iterations > 0`` (an evaluation-only run never
     trains, and may be composed on a machine without the trainer's GPUs)."""
-    from agentq.training.fit import check_shared_prefix, fit
+    from agentq.training.fit import check_shared_prefix, fit, resolve_precision
 
     trainer = OmegaConf.to_container(cfg.trainer, resolve=True)
     if not isinstance(trainer, dict):
@@ -338,7 +341,7 @@ def check_trainer(cfg: DictConfig, *, kind: str | None) -> None:
         )
     check_optimizer(cfg.trainer.optimizer)
     check_lora(cfg.trainer.lora)
-    lightning = trainer["lightning"]
+    lightning = resolve_precision(trainer["lightning"], logged_reference=trainer["use_logged_reference"])
     check_lightning(lightning, construct=cfg.iterations > 0, threads=cfg.get("threads"),
                     checkpoint_every_n_steps=trainer["checkpoint_every_n_steps"])
 

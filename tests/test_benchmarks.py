@@ -66,3 +66,21 @@ def test_update_reruns_some_and_keeps_the_others(tmp_path, monkeypatch):
     assert len(lines) == 2 and "1.50x" in lines[0] and "2.50x" in lines[1]
     assert "run_all --only mcts --out" in text and "; then python -m benchmarks.run_all --only mcts_tail --update" in text
     assert set(json.loads((tmp_path / "table.json").read_text())["benchmarks"]) == {"mcts", "mcts_tail"}
+
+
+def throughput_results(speedup: float, bf16_gap: float) -> dict:
+    sides = {"per_pair_fp32": 10.0, "grouped_bf16": 10.0 * speedup, "grouped_fp32": 8.0 * speedup}
+    batch = {
+        "batch_size": 4, "pairs_per_min": sides, "speedup_grouped_bf16": speedup, "speedup_grouped_fp32": 0.8 * speedup,
+        "loss_abs_diff_grouped_fp32": 1e-7, "loss_abs_diff_grouped_bf16": bf16_gap,
+    }  # fmt: skip
+    return {"nodes": 4, "k": 5, "by_batch_size": [batch]}
+
+
+def test_dpo_throughput_row_needs_3x_pairs_per_minute_and_the_bf16_loss_within_1e_3():
+    row = run_all.dpo_throughput_row(throughput_results(3.5, 4e-4))
+    assert row.met is True and row.ratio.startswith("3.50x") and "(b) grouped bf16 35.00" in row.measured
+    slow = run_all.dpo_throughput_row(throughput_results(2.0, 4e-4))
+    assert slow.met is False and "below 3x at batch 4" in slow.reason
+    drifted = run_all.dpo_throughput_row(throughput_results(3.5, 5e-3))
+    assert drifted.met is False and "bf16 moves the loss by more than 1e-3" in drifted.reason

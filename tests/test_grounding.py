@@ -164,7 +164,7 @@ def test_policy_steps_record_their_grounding(textcraft, monkeypatch) -> None:
         ]
     )
     monkeypatch.setattr(
-        "agentq.models.sampling.sample_k", lambda model, ids, k, **kw: [_Sample(next(texts)) for _ in range(k)]
+        "agentq.models.engine.sample_k", lambda model, ids, k, **kw: [_Sample(next(texts)) for _ in range(k)]
     )
     model, tokenizer = TinyRandomModel().load()
     policy = LLMPolicy(

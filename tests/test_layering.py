@@ -28,6 +28,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("training",),
     ("parallel", "report", "oracle", "validation"),
     ("components", "bookkeeping", "evaluate", "tracking"),  # config -> parts; the run's own records
+    ("lanes",),  # the parts of concurrent searches
     ("eval_modes",),
     ("loop",),  # Algorithm 1
     ("compare",),

@@ -34,6 +34,7 @@ def check_summary(summary: dict, iterations: int, modes=("zero_shot", "committed
             assert set(it["seconds"]) >= {"collect", "train"}
             assert set(it["train"]) >= {"loss", "reward_accuracy"}
     assert summary["wall_seconds"] > 0
+    assert summary["decoding"]["dpo_reference"] in ("the trainer's forward pass", "logged at sampling (the HF engine, the trainer's numerics)")
 
 
 def test_smoke_loop_trains_the_adapter_only(make_cfg, tmp_path):
@@ -234,3 +235,10 @@ def test_training_a_16_bit_model_is_refused(make_cfg):
     with pytest.raises(IncompatibleConfig, match="model.dtype=bfloat16 would merge"):
         build(make_cfg("+experiment=smoke", "+model.dtype=bfloat16"))
     build(make_cfg("+experiment=smoke", "+model.dtype=bfloat16", "iterations=0")).env.close()
+
+
+def test_search_modes_run_on_the_first_search_num_tasks_goals(make_cfg):
+    summary = run(make_cfg("+experiment=smoke", "iterations=0", "eval.search_num_tasks=1", "eval.num_tasks=2"))
+    [base] = summary["iterations"]
+    assert base["eval"]["zero_shot"]["num_tasks"] == 2
+    assert base["eval"]["committed"]["num_tasks"] == base["eval"]["verifier"]["num_tasks"] == 1

@@ -1,6 +1,7 @@
 """A run killed with SIGKILL at any phase resumes with ``resume=<run dir>``: nothing
 finished is redone or lost, and deterministic results equal an uninterrupted run's."""
 
+import itertools
 import json
 import os
 import signal
@@ -154,30 +155,35 @@ class Killed(Exception):
     the checkpoints hold survives (fit neither saves the adapter nor cleans up)."""
 
 
-def _tiny_pairs(n: int) -> list:
+def _tiny_pairs(n: int, per_node: int = 1) -> list:
+    """``n`` step pairs, ``per_node`` of them after each history."""
     from agentq.records.examples import StepPair
 
     return [
-        StepPair(0, i, [{"role": "user", "content": f"Goal: craft {i} sticks."}], f"COMMAND: get {i} planks",
-                 f"COMMAND: jump {i % 3}", [], [], -5.0, -6.0, 1.0, 0.0, 1, 1)
+        StepPair(0, i, [{"role": "user", "content": f"Goal: craft {i // per_node} sticks."}],
+                 f"COMMAND: get {i} planks", f"COMMAND: jump {i % 3}", [], [], -5.0, -6.0, 1.0, 0.0, 1, 1)
         for i in range(n)
     ]
 
 
-def _fit_with_kill(out_dir: Path, monkeypatch, *, every_n_steps: int, kill_at: int | None = None):
+def _fit_with_kill(
+    out_dir: Path, monkeypatch, *, every_n_steps: int, kill_at: int | None = None, grouped: bool = False
+):
     """14 pairs, 2 a batch: 7 batches an epoch; two batches an optimiser step (the last
     batch of an epoch steps alone): 4 steps an epoch, 3 epochs; LoRA dropout 0.1.
-    ``kill_at``: raise in the training step of that batch (counted over the whole run)."""
+    ``kill_at``: raise in the training step of that batch (counted over the whole run).
+    ``grouped``: 3 pairs a history and a shared prefix, so batches follow the histories."""
     from agentq.models.loading import TinyRandomModel
     from agentq.training.module import PreferenceModule
 
     model, tokenizer = TinyRandomModel().load()
     train = dict(
         max_epochs=3, lora_dropout=0.1, lightning={"accelerator": "cpu", "accumulate_grad_batches": 2},
-        checkpoint_every_n_steps=every_n_steps, seed=3,
+        checkpoint_every_n_steps=every_n_steps, seed=3, shared_prefix=grouped,
     )
+    pairs = _tiny_pairs(14, per_node=3 if grouped else 1)
     if kill_at is None:
-        return fit_tiny_dpo(model, tokenizer, _tiny_pairs(14), out_dir, **train)
+        return fit_tiny_dpo(model, tokenizer, pairs, out_dir, **train)
     calls = []
     step = PreferenceModule.training_step
 
@@ -190,7 +196,7 @@ def _fit_with_kill(out_dir: Path, monkeypatch, *, every_n_steps: int, kill_at: i
     with monkeypatch.context() as m:
         m.setattr(PreferenceModule, "training_step", dies)
         with pytest.raises(Killed):
-            fit_tiny_dpo(model, tokenizer, _tiny_pairs(14), out_dir, **train)
+            fit_tiny_dpo(model, tokenizer, pairs, out_dir, **train)
     return calls
 
 
@@ -199,29 +205,34 @@ def _adapter(out_dir: Path) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.parametrize(
-    ("every_n_steps", "kill_at", "saved_at"),
+    ("every_n_steps", "kill_at", "saved_at", "grouped"),
     [
         # Last checkpoint at step 6 (epoch 1, after its 4th batch); killed in epoch 1's 6th
         # batch, with the 5th batch's gradient accumulated and not yet applied.
-        (3, 12, (1, 6)),
+        (3, 12, (1, 6), False),
         # Last checkpoint at step 4, after the last batch of epoch 0; killed in epoch 1's 3rd batch.
-        (4, 9, (0, 4)),
+        (4, 9, (0, 4), False),
+        # The first case with batches that follow the search nodes (a shared prefix).
+        (3, 12, (1, 6), True),
     ],
+    ids=["mid-accumulation", "after-epoch", "grouped"],
 )
-def test_fit_killed_mid_epoch_resumes_to_the_uninterrupted_adapter(tmp_path, monkeypatch, every_n_steps, kill_at, saved_at):
+def test_fit_killed_mid_epoch_resumes_to_the_uninterrupted_adapter(
+    tmp_path, monkeypatch, every_n_steps, kill_at, saved_at, grouped
+):
     from agentq.training.fit import STEP_HISTORY
 
     reference = tmp_path / "reference"
-    _, ref_metrics = _fit_with_kill(reference, monkeypatch, every_n_steps=every_n_steps)
+    _, ref_metrics = _fit_with_kill(reference, monkeypatch, every_n_steps=every_n_steps, grouped=grouped)
 
     run = tmp_path / "run"
-    calls = _fit_with_kill(run, monkeypatch, every_n_steps=every_n_steps, kill_at=kill_at)
+    calls = _fit_with_kill(run, monkeypatch, every_n_steps=every_n_steps, kill_at=kill_at, grouped=grouped)
     assert len(calls) == kill_at + 1 and calls[-1] not in (0, 6), "the kill fell on an epoch boundary"
     checkpoint = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
     assert (checkpoint["epoch"], checkpoint["global_step"]) == saved_at
     # A new process's global RNGs are in another state: training must not depend on them.
     torch.manual_seed(1234)
-    _, metrics = _fit_with_kill(run, monkeypatch, every_n_steps=every_n_steps)
+    _, metrics = _fit_with_kill(run, monkeypatch, every_n_steps=every_n_steps, grouped=grouped)
 
     ours, theirs = _adapter(run), _adapter(reference)
     assert ours.keys() == theirs.keys()
@@ -278,3 +289,47 @@ def test_epoch_order_depends_on_seed_and_epoch_only_and_the_loader_resumes_insid
     assert sum(list(restarted), []) == list(fresh)
     with pytest.raises(ValueError, match="seed=5"):
         data.ResumableLoader(list(range(10)), batch_size=3, collate_fn=list, seed=6).load_state_dict(state)
+
+
+def test_grouped_epochs_keep_each_group_together_resume_inside_it_and_split_ranks_in_blocks(monkeypatch):
+    from agentq.training import data
+
+    groups = [0, 1, 0, 2, 1, 0, 2, 2, 1, 0]  # three search nodes' pairs, interleaved
+    sampler = data.EpochSampler(10, seed=5, groups=groups)
+    sampler.set_epoch(2)
+    order = list(sampler)
+    assert sorted(order) == list(range(10))
+    runs = [group for group, _ in itertools.groupby(groups[i] for i in order)]
+    assert sorted(runs) == [0, 1, 2]  # each group's members one after another
+    fresh = data.EpochSampler(10, seed=5, groups=groups)
+    fresh.set_epoch(2)
+    assert list(fresh) == order
+    fresh.set_epoch(3)
+    assert list(fresh) != order
+    sampler.offset = 4
+    assert list(sampler) == order[4:] and list(sampler) == order
+
+    # Ranks take contiguous blocks of the padded order, so a group stays on one rank.
+    shards = []
+    for rank in range(3):
+        monkeypatch.setattr(data, "data_parallel_rank", lambda rank=rank: (3, rank))
+        ranked = data.EpochSampler(10, seed=5, groups=groups)
+        ranked.set_epoch(2)
+        assert len(ranked) == 4
+        shards.append(list(ranked))
+    monkeypatch.undo()
+    padded = order + order[:2]
+    assert shards == [padded[0:4], padded[4:8], padded[8:12]]
+
+    # The loader resumes a grouped epoch like any other, and refuses an ungrouped checkpoint.
+    loader = data.ResumableLoader(list(range(10)), batch_size=3, collate_fn=list, seed=5, groups=groups)
+    loader.sampler.set_epoch(2)
+    batches = iter(loader)
+    assert next(batches) == order[0:3]
+    state = loader.state_dict()
+    restarted = data.ResumableLoader(list(range(10)), batch_size=3, collate_fn=list, seed=5, groups=groups)
+    restarted.load_state_dict(state)
+    restarted.sampler.set_epoch(2)
+    assert sum(list(restarted), []) == order[3:]
+    with pytest.raises(ValueError, match="grouped=True"):
+        data.ResumableLoader(list(range(10)), batch_size=3, collate_fn=list, seed=5).load_state_dict(state)

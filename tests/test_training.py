@@ -5,13 +5,16 @@ All with the tiny random model (random weights, the real SmolLM2 tokenizer).
 
 from __future__ import annotations
 
+import itertools
+import math
+
 import pytest
 import torch
 from peft import LoraConfig, get_peft_model
 from safetensors.torch import load_file
 
 from agentq.models import TinyRandomModel, completion_logprobs, pad_pairs
-from agentq.models.logprobs import segment_logprobs
+from agentq.models.logprobs import pair_logprobs, segment_logprobs
 from agentq.objectives import ConservativeDPOLoss, DPOLoss, IPOLoss, SFTLoss
 from agentq.objectives.base import LossOutput, Objective, PreferenceLogps, SequenceLogps, input_of
 from agentq.records.examples import (
@@ -23,8 +26,9 @@ from agentq.records.examples import (
     TrajectoryPair,
     kind_of,
 )
+from agentq.training import fit as fitting
 from agentq.training.data import ExampleDataset, collate_preferences, collate_sft
-from agentq.training.fit import PIPELINES, fit
+from agentq.training.fit import PIPELINES, fit, resolve_precision
 from agentq.training.module import PreferenceModule, SFTModule
 
 MAX_PROMPT = 512
@@ -141,6 +145,140 @@ def test_step_pairs_score_the_same_with_and_without_a_shared_prefix(tiny):
     rows = PreferenceModule(peft_model, DPOLoss(), torch.optim.SGD, shared_prefix=False, rows_per_forward=4)
     with torch.no_grad():
         torch.testing.assert_close(shared.logps(batch), rows.logps(batch), atol=1e-5, rtol=0)
+
+
+# --- a search node's pairs: its history runs once for all its actions -------------------------
+
+
+def _node_pairs(goal: str, actions: list[str]) -> list[StepPair]:
+    """Every pair of a node's sibling actions (as StepPairBuilder pairs K candidates)."""
+    prompt = _messages(f"Goal: {goal}.")
+    return [
+        StepPair(0, 0, prompt, a, b, [], [], -5.0 - i, -6.0 - j, 1.0, 0.0, 2, 1)
+        for (i, a), (j, b) in itertools.combinations(enumerate(actions), 2)
+    ]
+
+
+def _two_nodes() -> list[StepPair]:
+    """Nodes of 4 and 3 siblings: 6 + 3 pairs over 2 histories and 7 distinct actions."""
+    stick = ["COMMAND: get 2 planks", "COMMAND: jump", "COMMAND: craft 4 sticks", "COMMAND: inventory"]
+    torch_ = ["COMMAND: get coal", "COMMAND: look around the room", "COMMAND: craft torch"]
+    return _node_pairs("a stick", stick) + _node_pairs("a torch", torch_)
+
+
+def _dpo(policy: tuple[torch.Tensor, torch.Tensor], reference: tuple[torch.Tensor, torch.Tensor], batch) -> torch.Tensor:
+    logps = PreferenceLogps(
+        policy_chosen=policy[0], policy_rejected=policy[1], reference_chosen=reference[0],
+        reference_rejected=reference[1], chosen_tokens=batch.chosen_tokens, rejected_tokens=batch.rejected_tokens,
+    )  # fmt: skip
+    return DPOLoss(beta=0.5)(logps).loss()
+
+
+def test_node_grouped_loss_and_gradients_equal_the_per_pair_computation(tiny):
+    model, tokenizer = tiny
+    peft_model = _peft_with_nonzero_adapter(model)
+    batch = collate_preferences(ExampleDataset(_two_nodes(), tokenizer, MAX_PROMPT).items)
+    assert [len(c) for c in batch.by_prompt.completion_ids] == [4, 3]  # each action once
+    lora = [p for p in peft_model.parameters() if p.requires_grad]
+    module = PreferenceModule(peft_model, DPOLoss(beta=0.5), torch.optim.SGD, shared_prefix=True)
+    calls = []  # the decoder's input shapes: a history is (1, its length)
+    decoder = peft_model.get_base_model().get_decoder()
+    hook = decoder.register_forward_pre_hook(
+        lambda _, args, kwargs: calls.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True
+    )
+    grouped = module.objective(module.preference_logps(batch)).loss()
+    hook.remove()
+    grouped_grads = torch.autograd.grad(grouped, lora)
+
+    # Before node grouping: each pair's history once for its two actions.
+    b, seg = batch.num_pairs, batch.segments
+    policy = pair_logprobs(peft_model, seg.prompt_ids[:b], seg.completion_ids[:b], seg.completion_ids[b:])
+    with torch.no_grad(), peft_model.disable_adapter():
+        reference = pair_logprobs(peft_model, seg.prompt_ids[:b], seg.completion_ids[:b], seg.completion_ids[b:])
+    per_pair = _dpo(policy, reference, batch)
+    per_pair_grads = torch.autograd.grad(per_pair, lora)
+
+    grouped, per_pair = grouped.item(), per_pair.item()
+    assert abs(per_pair - math.log(2)) > 1e-2  # the adapter matters
+    assert abs(grouped - per_pair) <= 1e-5
+    for ours, theirs in zip(grouped_grads, per_pair_grads, strict=True):
+        torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-4)
+    # Each history ran once for the policy and once for the reference (not once per pair),
+    # followed by one batch of its distinct actions.
+    histories = [shape for shape in calls if shape[0] == 1]
+    assert len(histories) == 4 and len(calls) == 8
+
+
+def test_bf16_autocast_keeps_the_dpo_loss_within_1e_3_of_fp32_and_reference_and_policy_alike(tiny):
+    from lightning.pytorch.plugins.precision import MixedPrecision
+
+    model, tokenizer = tiny
+    batch = collate_preferences(ExampleDataset(_two_nodes(), tokenizer, MAX_PROMPT).items)
+    # What Trainer(precision="bf16-mixed") runs each training step in.
+    bf16 = MixedPrecision("bf16-mixed", "cpu").forward_context
+
+    # A fresh adapter (lora_B = 0): policy and reference are one computation, bit for
+    # bit, in bf16 as in fp32, so the loss is exactly log 2 and no rounding enters Delta.
+    torch.manual_seed(0)
+    fresh = PreferenceModule(get_peft_model(model, _lora()), DPOLoss(beta=0.5), torch.optim.SGD, shared_prefix=True)
+    with torch.no_grad(), bf16():
+        logps = fresh.preference_logps(batch)
+    assert torch.equal(logps.policy_chosen, logps.reference_chosen)
+    assert torch.equal(logps.policy_rejected, logps.reference_rejected)
+    assert fresh.objective(logps).loss().item() == pytest.approx(math.log(2), abs=1e-7)
+
+    with torch.no_grad():
+        for name, param in fresh.model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.05, generator=torch.Generator().manual_seed(len(name)))
+        full = fresh.objective(fresh.preference_logps(batch)).loss()
+        with bf16():
+            half = fresh.objective(fresh.preference_logps(batch)).loss()
+    assert abs(float(full) - math.log(2)) > 1e-3
+    assert abs(float(half) - float(full)) <= 1e-3
+
+
+def test_fit_in_bf16_mixed_runs_the_forward_in_bf16_and_keeps_the_adapter_fp32(tmp_path, monkeypatch):
+    from tests.conftest import fit_tiny_dpo
+
+    # Autocast runs on any CPU; only its speed needs native bf16, which fit requires.
+    monkeypatch.setattr(fitting, "native_bf16", lambda accelerator: True)
+    model, tokenizer = TinyRandomModel().load()
+    outputs = set()  # dtypes of a projection's outputs during training
+    model.get_decoder().layers[0].self_attn.q_proj.register_forward_hook(lambda _, __, out: outputs.add(out.dtype))
+    peft_model, metrics = fit_tiny_dpo(
+        model, tokenizer, _two_nodes(), tmp_path, max_epochs=1, lightning={"precision": "bf16-mixed"},
+        shared_prefix=True, max_prompt_tokens=MAX_PROMPT,
+    )
+    assert outputs == {torch.bfloat16} and math.isfinite(metrics["loss"])
+    adapter = load_file(tmp_path / "adapter" / "adapter_model.safetensors")
+    assert {v.dtype for v in adapter.values()} == {torch.float32}
+    assert all(v.abs().max() > 0 for k, v in adapter.items() if "lora_B" in k)
+    merged = peft_model.merge_and_unload()
+    assert {p.dtype for p in merged.parameters()} == {torch.float32}
+
+
+def test_precision_auto_takes_bf16_where_native_and_bf16_is_refused_where_it_would_mislead(monkeypatch, make_cfg):
+    from agentq.validation import check_trainer
+
+    def precision(value, *, logged_reference=False):
+        return resolve_precision({"accelerator": "cpu", "precision": value}, logged_reference=logged_reference)
+
+    monkeypatch.setattr(fitting, "native_bf16", lambda accelerator: True)
+    assert precision("auto")["precision"] == "bf16-mixed"
+    assert precision("auto", logged_reference=True)["precision"] == "32-true"
+    with pytest.raises(ValueError, match="trainer.use_logged_reference=true takes pi_ref from the log-probs"):
+        precision("bf16-mixed", logged_reference=True)
+    monkeypatch.setattr(fitting, "native_bf16", lambda accelerator: False)
+    assert precision("auto")["precision"] == "32-true"
+    assert precision("32-true") == {"accelerator": "cpu", "precision": "32-true"}
+    with pytest.raises(ValueError, match="trainer.lightning.precision=bf16-mixed: this CPU has no native bf16"):
+        precision("bf16-mixed")
+    # Before any model loads, from the run config.
+    cfg = make_cfg("+experiment=smoke", "trainer.lightning.precision=bf16-mixed")
+    with pytest.raises(ValueError, match="trainer.lightning.precision=bf16-mixed"):
+        check_trainer(cfg, kind="preference")
+    check_trainer(make_cfg("+experiment=smoke", "trainer.lightning.precision=auto"), kind="preference")
 
 
 # --- SFT masking ------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from agentq.agent.action import parse_composite
 from agentq.agent.constrained import CommandConstraint, TokenTable
 from agentq.agent.grounding import Grounder
 from agentq.agent.prompt import PromptBuilder
+from agentq.models.engine import Engine, HFEngine
 from agentq.models.prefix_cache import PrefixCache
 from agentq.records.action import Candidate
 from agentq.records.history import History, Messages
@@ -44,9 +45,10 @@ class Sampling:
             prefill only what no earlier prompt shares (:mod:`agentq.models.prefix_cache`).
         prefix_cache_tokens: bound on the tokens that tree holds (least recently
             used prompts are dropped first; ~46 KB per token for SmolLM2-135M in fp32).
-        backend: ``"hf"`` (:mod:`agentq.models.sampling`) or ``"vllm"``
-            (:mod:`agentq.models.vllm_sampling`, CUDA machines; the two options
-            above are HF-only).
+
+    The engine that decodes (``engine`` config group, :mod:`agentq.models.engine`)
+    is not a sampling setting: the HF engine takes every option here; an engine
+    with its own prefix cache ignores the two cache options.
     """
 
     max_new_tokens: int = 96
@@ -57,22 +59,8 @@ class Sampling:
     max_tail_tokens: int | None = None
     reuse_prefix_cache: bool = True
     prefix_cache_tokens: int = 8192
-    backend: str = "hf"
 
     def __post_init__(self) -> None:
-        if self.backend not in ("hf", "vllm"):
-            raise ValueError(f"agent.sampling.backend must be 'hf' or 'vllm', got {self.backend!r}")
-        if self.backend == "vllm":
-            from agentq.models.vllm_sampling import require_vllm
-
-            require_vllm()  # fails here, before any model loads
-            hf_only = [k for k in ("constrain_command", "reuse_prefix_cache") if getattr(self, k)]
-            if hf_only:
-                raise ValueError(
-                    f"agent.sampling.backend=vllm cannot be combined with the HF-only {' and '.join(hf_only)} "
-                    "(vLLM has its own prefix caching; constrained decoding masks the logits at every step): set "
-                    + " ".join(f"agent.sampling.{k}=false" for k in hf_only)
-                )
         if self.max_new_tokens < 1:
             raise ValueError(f"agent.sampling.max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if self.temperature < 0:
@@ -98,9 +86,12 @@ class LLMPolicy:
         prompt: renders the history.
         grounder: maps commands onto the env's valid actions.
         sampling: decoding settings.
+        engine: decodes (:mod:`agentq.models.engine`); None: the HF engine on ``model``.
     """
 
-    def __init__(self, model, tokenizer, *, prompt: PromptBuilder, grounder: Grounder, sampling: Sampling) -> None:
+    def __init__(
+        self, model, tokenizer, *, prompt: PromptBuilder, grounder: Grounder, sampling: Sampling, engine: Engine | None = None
+    ) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.prompt = prompt
@@ -111,12 +102,14 @@ class LLMPolicy:
         self._token_table: TokenTable | None = None
         # Prompts share the system message, demonstrations and earlier actions.
         self.prefix_cache = PrefixCache(enabled=sampling.reuse_prefix_cache, max_tokens=sampling.prefix_cache_tokens)
-        self._vllm = None  # the HF path, unless vLLM serves this model's weights
-        if sampling.backend == "vllm":
-            from agentq.models.vllm_sampling import VLLMSampler
+        self.engine = engine if engine is not None else HFEngine(model, tokenizer)
 
-            budget = sampling.max_prompt_tokens + sampling.max_new_tokens
-            self._vllm = VLLMSampler(model, tokenizer, max_model_len=budget)
+    def fork(self) -> LLMPolicy:
+        """The same policy and engine with caches and counters of its own, for a search
+        that runs beside this one (its prompt cache is scoped to its own tasks)."""
+        return LLMPolicy(
+            self.model, self.tokenizer, prompt=self.prompt, grounder=self.grounder, sampling=self.sampling, engine=self.engine
+        )
 
     def encode(self, messages: Messages) -> list[int]:
         return encode_chat(self.tokenizer, messages, self.sampling.max_prompt_tokens)
@@ -124,28 +117,18 @@ class LLMPolicy:
     def propose(
         self, history: History, k: int, *, greedy: bool = False, generator: torch.Generator | None = None
     ) -> list[Candidate]:
-        from agentq.models.sampling import sample_k
-
         messages = self.prompt(history)
-        decoding = {
-            "max_new_tokens": self.sampling.max_new_tokens,
-            "temperature": 0.0 if greedy else self.sampling.temperature,
-            "top_p": self.sampling.top_p,
-            "eos_token_ids": self.eos_token_ids,
-            "generator": generator,
-        }
-        if self._vllm is not None:
-            samples = self._vllm.sample_k(self.encode(messages), k, **decoding)
-        else:
-            samples = sample_k(
-                self.model,
-                self.encode(messages),
-                k,
-                tokenizer=self.tokenizer,
-                constraint=self._constraint(history),
-                prefix_cache=self.prefix_cache,
-                **decoding,
-            )
+        samples = self.engine.sample(
+            self.encode(messages),
+            k,
+            max_new_tokens=self.sampling.max_new_tokens,
+            temperature=0.0 if greedy else self.sampling.temperature,
+            top_p=self.sampling.top_p,
+            eos_token_ids=self.eos_token_ids,
+            generator=generator,
+            constraint=self._constraint(history),
+            prefix_cache=self.prefix_cache,
+        )
         self.num_calls += 1
         candidates = []
         for sample in samples:

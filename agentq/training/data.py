@@ -13,6 +13,12 @@ of its segments' (docs/method.md §2; ``agentq.records.examples``).
   its text is already context inside the prompts of the later steps.
 
 A preference batch of B pairs holds 2B sequences: [0, B) chosen, [B, 2B) rejected.
+
+Step pairs from one search node share their history h (``StepPairBuilder``
+pairs a node's sibling actions: up to K(K-1)/2 pairs of K candidates), so the
+loader can put a node's pairs in the same batches (:class:`EpochSampler` with
+``groups``) and the batch can score each history once for all its distinct
+actions (:class:`PromptGroups`).
 """
 
 from __future__ import annotations
@@ -144,6 +150,25 @@ class ExampleDataset(Dataset):
     def __getitem__(self, index: int) -> TokenizedPreference | TokenizedSFT:
         return self.items[index]
 
+    def prompt_groups(self) -> list[int]:
+        """A group number per item: step pairs with the same prompt ids (one search
+        node's pairs) share one; any other item is a group of its own."""
+        numbers: dict[tuple, int] = {}  # numbered 0, 1, ... in order of first appearance
+        groups = []
+        for i, item in enumerate(self.items):
+            prompt = _shared_prompt(item)
+            key = ("prompt", *prompt) if prompt is not None else ("item", i)
+            groups.append(numbers.setdefault(key, len(numbers)))
+        return groups
+
+
+def _shared_prompt(item: TokenizedPreference | TokenizedSFT) -> list[int] | None:
+    """The prompt ids of a step pair (one segment each side, one prompt), else None."""
+    if isinstance(item, TokenizedPreference) and len(item.chosen) == len(item.rejected) == 1:
+        (prompt, _), (other, _) = item.chosen[0], item.rejected[0]
+        return prompt if prompt == other else None
+    return None
+
 
 # --------------------------------------------------------------------- batches
 
@@ -174,6 +199,35 @@ class Segments:
 
 
 @dataclass
+class PromptGroups:
+    """The sequences of a batch of step pairs by prompt: each distinct prompt once,
+    with the distinct completions that follow it in the batch (a node's sibling
+    actions, each once however many pairs it is in), so that a prompt runs once
+    for all of them. Scoring the completions of every group in order gives D
+    log-probs; ``row`` picks each sequence's."""
+
+    prompt_ids: list[list[int]]  # P distinct prompts
+    completion_ids: list[list[list[int]]]  # per prompt, its distinct completions; D in all
+    row: torch.Tensor  # (S,) long: each sequence's index among the D completions
+
+    @classmethod
+    def of(cls, segments: Segments) -> PromptGroups:
+        """Groups of one-segment sequences (segment i is sequence i)."""
+        groups: dict[tuple[int, ...], dict[tuple[int, ...], int]] = {}  # prompt -> completion -> index in group
+        keys = []
+        for prompt, completion in zip(segments.prompt_ids, segments.completion_ids, strict=True):
+            completions = groups.setdefault(tuple(prompt), {})
+            completions.setdefault(tuple(completion), len(completions))
+            keys.append((tuple(prompt), tuple(completion)))
+        starts = dict(zip(groups, np.cumsum([0, *map(len, groups.values())]).tolist(), strict=False))
+        return cls(
+            prompt_ids=[list(p) for p in groups],
+            completion_ids=[[list(c) for c in completions] for completions in groups.values()],
+            row=torch.tensor([starts[p] + groups[p][c] for p, c in keys], dtype=torch.long),
+        )
+
+
+@dataclass
 class PreferenceBatch:
     segments: Segments  # 2B sequences: [0, B) chosen, [B, 2B) rejected
     reference_chosen: torch.Tensor  # (B,) logged log pi_ref of the chosen sequence
@@ -182,12 +236,17 @@ class PreferenceBatch:
     rejected_tokens: torch.Tensor  # (B,)
     chosen_visits: torch.Tensor | None  # (B,) N(h, a_w), None unless every pair has visits
     rejected_visits: torch.Tensor | None  # (B,)
-    # Every pair is one history and two actions (step pairs): the history can run once.
-    shares_prompt: bool
+    # When every pair is one history and two actions (step pairs): the 2B sequences by
+    # history, so each history can run once. None otherwise.
+    by_prompt: PromptGroups | None
 
     @property
     def num_pairs(self) -> int:
         return self.reference_chosen.shape[0]
+
+    @property
+    def shares_prompt(self) -> bool:
+        return self.by_prompt is not None
 
 
 @dataclass
@@ -213,9 +272,7 @@ def collate_preferences(items: Sequence[TokenizedPreference]) -> PreferenceBatch
         rejected_tokens=tokens[b:],
         chosen_visits=torch.tensor([x.chosen_visits for x in items], dtype=torch.float32) if has_visits else None,
         rejected_visits=torch.tensor([x.rejected_visits for x in items], dtype=torch.float32) if has_visits else None,
-        shares_prompt=all(
-            len(x.chosen) == len(x.rejected) == 1 and x.chosen[0][0] == x.rejected[0][0] for x in items
-        ),
+        by_prompt=PromptGroups.of(segments) if all(_shared_prompt(x) is not None for x in items) else None,
     )
 
 
@@ -245,17 +302,29 @@ class EpochSampler(Sampler[int]):
     """This rank's example indices for one epoch, in an order that depends only on
     ``(seed, epoch)``, so a restarted process draws the same epoch as the killed one.
 
+    With ``groups`` (a group number per example: a search node's step pairs share
+    one), the groups are shuffled and each group's members follow one another
+    (shuffled among themselves), so consecutive batches hold one node's pairs and
+    its history runs once per batch (:class:`PromptGroups`); a group larger than a
+    batch fills several, and a batch may end one group and start the next.
+
     Data-parallel ranks split the epoch as ``DistributedSampler`` does (the order
     padded by repeating its start to a multiple of the world size, then every
-    ``world``-th index from ``rank``); the world is read when an epoch starts, so the
-    sampler can be built before the workers exist. ``offset`` skips that many of the
-    epoch's indices in the next iteration only (a resumed epoch).
+    ``world``-th index from ``rank``), or, with ``groups``, in contiguous blocks
+    (striding would scatter a group over the ranks); the world is read when an
+    epoch starts, so the sampler can be built before the workers exist. ``offset``
+    skips that many of the epoch's indices in the next iteration only (a resumed epoch).
     """
 
-    def __init__(self, num_examples: int, seed: int, shuffle: bool = True) -> None:
+    def __init__(
+        self, num_examples: int, seed: int, shuffle: bool = True, groups: Sequence[int] | None = None
+    ) -> None:
+        if groups is not None and len(groups) != num_examples:
+            raise ValueError(f"EpochSampler: {len(groups)} group numbers for {num_examples} examples")
         self.num_examples = num_examples
         self.seed = seed
         self.shuffle = shuffle
+        self.groups = list(groups) if groups is not None else None
         self.epoch = 0
         self.offset = 0
 
@@ -269,15 +338,31 @@ class EpochSampler(Sampler[int]):
     def order(self, epoch: int) -> list[int]:
         """This rank's indices of ``epoch``, in order."""
         n = self.num_examples
-        if self.shuffle:
-            generator = torch.Generator().manual_seed(derive_seed(self.seed, 0, epoch))
+        generator = torch.Generator().manual_seed(derive_seed(self.seed, 0, epoch))
+        if self.groups is not None:
+            indices = self.grouped(generator)
+        elif self.shuffle:
             indices = torch.randperm(n, generator=generator).tolist()
         else:
             indices = list(range(n))
         world, rank = data_parallel_rank()
         total = math.ceil(n / world) * world
         indices = (indices * math.ceil(total / n))[:total] if n else []
+        if self.groups is not None:
+            share = total // world
+            return indices[rank * share : (rank + 1) * share]
         return indices[rank:total:world]
+
+    def grouped(self, generator: torch.Generator) -> list[int]:
+        """All indices, each group's together: groups and members shuffled unless ``shuffle`` is off."""
+        members: dict[int, list[int]] = {}
+        for index, group in enumerate(self.groups):
+            members.setdefault(group, []).append(index)
+        groups = list(members.values())
+        if self.shuffle:
+            groups = [groups[k] for k in torch.randperm(len(groups), generator=generator).tolist()]
+            groups = [[g[k] for k in torch.randperm(len(g), generator=generator).tolist()] for g in groups]
+        return [index for group in groups for index in group]
 
     def __iter__(self) -> Iterator[int]:
         start, self.offset = self.offset, 0
@@ -296,14 +381,14 @@ class ResumableLoader(DataLoader):
     The count is of batches handed to the consumer (not of indices the sampler
     produced, which worker processes would prefetch); Lightning fetches a batch of
     a sized loader only to train on it, so at a checkpoint every batch handed out
-    has been trained on.
+    has been trained on. ``groups`` goes to the sampler (a node's pairs together).
     """
 
     def __init__(
         self, dataset: Dataset, *, batch_size: int, collate_fn: Callable[[list[Any]], Any], seed: int,
-        shuffle: bool = True,
+        shuffle: bool = True, groups: Sequence[int] | None = None,
     ) -> None:
-        sampler = EpochSampler(len(dataset), seed=seed, shuffle=shuffle)
+        sampler = EpochSampler(len(dataset), seed=seed, shuffle=shuffle, groups=groups)
         super().__init__(dataset, batch_size=batch_size, sampler=sampler, collate_fn=collate_fn)
         self._epoch = 0  # the epoch being handed out
         self._handed_out = 0  # this rank's examples of it handed out so far
@@ -326,11 +411,13 @@ class ResumableLoader(DataLoader):
         return {
             "epoch": self._epoch, "examples_done": self._handed_out, "seed": self.sampler.seed,
             "num_examples": self.sampler.num_examples, "world_size": world, "batch_size": self.batch_size,
+            "grouped": self.sampler.groups is not None,
         }
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         ours = self.state_dict()
-        for key in ("seed", "num_examples", "world_size", "batch_size"):
+        state = {"grouped": False} | dict(state)  # checkpoints from before grouping existed
+        for key in ("seed", "num_examples", "world_size", "batch_size", "grouped"):
             if state.get(key) != ours[key]:
                 raise ValueError(
                     f"cannot resume this training exactly: its checkpoint was written with {key}={state.get(key)} "

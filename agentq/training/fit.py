@@ -145,13 +145,16 @@ def fit(
     ``batch_size`` is examples per optimiser step; segments are scored
     ``2 * batch_size`` rows per forward pass (the rows of a batch of step
     pairs), so a batch of trajectories takes several passes. ``shared_prefix``
-    applies to batches of step pairs; ``use_logged_reference`` to preference
-    objectives.
+    applies to step pairs: each search node's pairs are batched together and its
+    history is scored once for all of them. ``use_logged_reference`` applies to
+    preference objectives. ``lightning["precision"]`` may be ``auto``
+    (:func:`resolve_precision`): bf16 autocast where the hardware computes bf16.
     """
     if batch_size < 1:
         raise ValueError(f"trainer.batch_size must be >= 1, got {batch_size}")
     kind = check_compatible(examples, objective)
     check_shared_prefix(kind, gradient_checkpointing=gradient_checkpointing, shared_prefix=shared_prefix)
+    lightning = resolve_precision(lightning, logged_reference=use_logged_reference)
     # The ResumableLoader splits the data over ranks itself: Lightning must not swap its
     # sampler for a DistributedSampler (whose position it cannot checkpoint).
     lightning = with_strategy(lightning) | {"use_distributed_sampler": False}
@@ -184,8 +187,12 @@ def fit(
     )
     peft_model: PeftModel = module.model
     # The order of an epoch depends on (seed, epoch) only, and the loader's position is
-    # checkpointed: see "Resuming" in the module docstring.
-    loader = ResumableLoader(dataset, batch_size=batch_size, collate_fn=PIPELINES[kind].collate, seed=seed)
+    # checkpointed: see "Resuming" in the module docstring. With a shared prefix a search
+    # node's pairs come in the same batches, so its history runs once for all of them.
+    groups = dataset.prompt_groups() if shared_prefix and kind == PREFERENCE else None
+    loader = ResumableLoader(
+        dataset, batch_size=batch_size, collate_fn=PIPELINES[kind].collate, seed=seed, groups=groups
+    )
     last = checkpoints / "last.ckpt"
     with worker_seed(seed) if in_workers else contextlib.nullcontext():
         trainer.fit(module, loader, ckpt_path=str(last) if last.exists() else None)
@@ -294,6 +301,62 @@ def with_strategy(lightning: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(strategy, Mapping) and "_target_" in strategy:
         kwargs["strategy"] = instantiate(strategy, _convert_="all")
     return kwargs
+
+
+BF16 = ("bf16-mixed", "bf16-true", "bf16")  # Lightning's bf16 precisions
+
+
+def resolve_precision(lightning: Mapping[str, Any], *, logged_reference: bool) -> dict[str, Any]:
+    """``lightning`` (the Trainer arguments) with ``precision: auto`` made concrete:
+    ``bf16-mixed`` where the accelerator computes bf16 natively (:func:`native_bf16`)
+    and the reference is the trainer's own forward, else ``32-true``. An explicit
+    bf16 precision is refused on a CPU without native bf16 (autocast would emulate
+    it, slower than fp32) and with a logged reference.
+
+    ``bf16-mixed`` is Lightning's ``torch.autocast(device, bfloat16)`` around the
+    training step, over fp32 weights: the LoRA parameters, their gradients and
+    Adam states, the saved adapter and the weights it is merged into stay fp32.
+    A logged reference was computed at sampling time in the engine's precision,
+    while the policy's log-probs would carry bf16 rounding (up to ~0.5 nats over
+    a 40-token action on SmolLM2-135M): Δ would start off zero by that noise.
+    """
+    if not isinstance(lightning, Mapping):
+        return lightning  # validation.check_lightning says what is wrong with it
+    kwargs = dict(lightning)
+    precision = str(kwargs.get("precision", "32-true"))
+    key = f"trainer.lightning.precision={precision}"
+    accelerator = kwargs.get("accelerator", "auto")
+    if precision == "auto":
+        bf16 = native_bf16(accelerator) and not logged_reference
+        kwargs["precision"] = "bf16-mixed" if bf16 else "32-true"
+    elif precision in BF16 and logged_reference:
+        raise ValueError(
+            f"{key} scores the policy in bf16 while trainer.use_logged_reference=true takes pi_ref from "
+            "the log-probs logged at sampling: set trainer.use_logged_reference=false (the reference then "
+            "runs in the same precision as the policy) or trainer.lightning.precision=32-true"
+        )
+    elif precision in BF16 and on_cpu(accelerator) and not native_bf16("cpu"):
+        raise ValueError(
+            f"{key}: this CPU has no native bf16 (neither AVX512-BF16 nor AMX), so autocast would emulate "
+            "it, slower than fp32: use trainer.lightning.precision=auto or 32-true"
+        )
+    return kwargs
+
+
+def on_cpu(accelerator: Any) -> bool:
+    return str(accelerator) == "cpu" or str(accelerator) == "auto" and not torch.cuda.is_available()
+
+
+def native_bf16(accelerator: Any) -> bool:
+    """Whether ``accelerator`` (a Lightning accelerator name) computes bf16 natively:
+    a CUDA GPU that supports it, or a CPU with AVX512-BF16 or AMX tiles."""
+    if on_cpu(accelerator):
+        # torch's own CPU feature checks (cpuinfo), also used by inductor; private, so looked up with a default.
+        checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+        return any(getattr(torch.cpu, name, lambda: False)() for name in checks)
+    if str(accelerator) in ("gpu", "cuda", "auto"):
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    return False
 
 
 def check_strategy(strategy: Any) -> None:

@@ -11,7 +11,7 @@ log-probs the collecting policy logged in the replay buffer.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import lightning as L
@@ -19,9 +19,9 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 
-from agentq.models.logprobs import pair_logprobs, segment_logprobs
+from agentq.models.logprobs import _decoder_and_head, segment_logprobs
 from agentq.objectives.base import PreferenceLogps, SequenceLogps
-from agentq.training.data import PreferenceBatch, Segments, SFTBatch
+from agentq.training.data import PreferenceBatch, PromptGroups, Segments, SFTBatch
 
 
 class AdapterModule(L.LightningModule):
@@ -138,12 +138,23 @@ class AdapterModule(L.LightningModule):
 class PreferenceModule(AdapterModule):
     """Preference objectives (DPO, trajectory DPO, conservative DPO, IPO) on step or trajectory pairs.
 
+    Precision: the reference forward (adapter disabled) runs inside the same
+    training step as the policy forward, so in the same precision: fp32 by
+    default, and under Lightning's ``precision: bf16-mixed`` both in bf16
+    autocast over the fp32 weights. With a zero adapter π and π_ref are then
+    bit-identical (Δ = 0, as in fp32); once the adapter has moved their bf16
+    rounding no longer cancels (on SmolLM2-135M it moved Δ by up to ~0.3 nats:
+    conf/trainer/cpu.yaml). A logged reference comes from sampling, in the
+    engine's precision: fit refuses it with bf16 training
+    (:func:`~agentq.training.fit.resolve_precision`).
+
     Args:
         use_logged_reference: π_ref log-probs from the batch (the buffer) instead
             of a forward pass with the adapter disabled.
-        shared_prefix: score a step pair's history once and both actions from
-            its KV cache (:func:`~agentq.models.logprobs.pair_logprobs`); used
-            when every pair of the batch is one prompt and two completions.
+        shared_prefix: score each distinct history of a batch of step pairs once,
+            and every distinct action after it from its KV cache
+            (:func:`shared_prompt_logprobs` over :class:`~agentq.training.data.PromptGroups`):
+            one prompt forward per search node of the batch, not one per pair.
     """
 
     def __init__(
@@ -184,12 +195,8 @@ class PreferenceModule(AdapterModule):
 
     def logps(self, batch: PreferenceBatch) -> torch.Tensor:
         """(2B,) summed log-probs of the chosen then the rejected sequences."""
-        if self.shared_prefix and batch.shares_prompt:  # the history once, both actions from its KV cache
-            b, seg = batch.num_pairs, batch.segments
-            chosen, rejected = pair_logprobs(
-                self.model, seg.prompt_ids[:b], seg.completion_ids[:b], seg.completion_ids[b:]
-            )
-            return torch.cat([chosen, rejected])
+        if self.shared_prefix and batch.by_prompt is not None:  # each history once, its actions from its KV cache
+            return grouped_logprobs(self.model, batch.by_prompt)
         return self.score(batch.segments)
 
     def training_step(self, batch: PreferenceBatch, batch_idx: int) -> torch.Tensor:
@@ -201,6 +208,60 @@ class PreferenceModule(AdapterModule):
             metrics["reward_margin"] = (out.chosen_rewards - out.rejected_rewards).mean()
         self.record(metrics, batch_size=batch.num_pairs)
         return loss
+
+
+def grouped_logprobs(model: nn.Module, groups: PromptGroups) -> torch.Tensor:
+    """(S,) summed log-probs of the sequences of ``groups``: each distinct completion
+    scored once after its prompt, then copied to every sequence that is it (autograd
+    adds up the copies' gradients)."""
+    scored = torch.cat(
+        [shared_prompt_logprobs(model, p, c) for p, c in zip(groups.prompt_ids, groups.completion_ids, strict=True)]
+    )  # (D,)
+    return scored[groups.row.to(scored.device)]  # (S,)
+
+
+def shared_prompt_logprobs(
+    model: nn.Module, prompt_ids: Sequence[int], completion_ids: Sequence[Sequence[int]]
+) -> torch.Tensor:
+    """Summed log pi of several completions of one prompt: the prompt runs once, its
+    KV cache is repeated for the C completions, which run as one right-padded batch.
+
+    :func:`~agentq.models.logprobs.pair_logprobs` for a search node's K sibling
+    actions instead of two: scoring a node's pairs (up to K(K-1)/2 of them, each
+    a ~1,000-token history and ~50-token actions) costs one history, not one per
+    pair. Gradients flow through the cached keys and values into the prompt's
+    computation, so values and gradients are those of scoring each
+    ``[prompt, completion]`` row on its own (up to float rounding).
+
+    Returns:
+        (C,) float32, differentiable.
+    """
+    if not prompt_ids or not completion_ids or not all(completion_ids):
+        raise ValueError("shared_prompt_logprobs: the prompt and every completion need at least one token")
+    decoder, head = _decoder_and_head(model)
+    device = head.weight.device
+    count, width = len(completion_ids), max(len(c) for c in completion_ids)
+    prompt = decoder(input_ids=torch.tensor([list(prompt_ids)], device=device), use_cache=True)
+    cache = prompt.past_key_values
+    cache.batch_repeat_interleave(count)
+    # Right padding needs no attention mask: a causal model's real tokens never see later pads.
+    completions = torch.zeros(count, width, dtype=torch.long, device=device)  # (C, W)
+    real = torch.zeros(count, width, dtype=torch.bool, device=device)  # (C, W)
+    for i, ids in enumerate(completion_ids):
+        completions[i, : len(ids)] = torch.tensor(ids)
+        real[i, : len(ids)] = True
+    hidden = decoder(input_ids=completions, past_key_values=cache, use_cache=True).last_hidden_state  # (C, W, H)
+    # Token 0 of a completion is predicted by the prompt's last position.
+    last_prompt = prompt.last_hidden_state[:, -1:].expand(count, -1, -1)  # (C, 1, H)
+    predicting = torch.cat([last_prompt, hidden[:, :-1]], dim=1)[real]  # (N, H)
+    # The head in its weights' dtype (fp32 for training) even under bf16 autocast: bf16
+    # logits (8 significant bits, ~0.06 at |z| ~ 15) move every token's log-prob by about
+    # that much, and the head on the action tokens alone costs ~2% of the forward.
+    with torch.autocast(device.type, enabled=False):
+        logits = head(predicting.to(head.weight.dtype)).float()  # (N, V)
+    token_logps = torch.log_softmax(logits, dim=-1).gather(1, completions[real][:, None]).squeeze(1)  # (N,)
+    rows = real.nonzero()[:, 0]  # (N,) the completion of each scored token
+    return torch.zeros(count, dtype=token_logps.dtype, device=device).index_add(0, rows, token_logps)  # (C,)
 
 
 class SFTModule(AdapterModule):

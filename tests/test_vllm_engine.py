@@ -1,4 +1,4 @@
-"""The vLLM sampling backend without vLLM: the import guard, the refused
+"""The vLLM engine without vLLM: the import guard, the refused
 combinations, the request parameters, and the glue from vLLM-shaped outputs to
 our samples (a fake ``vllm`` module stands in for the engine; the real one needs
 a CUDA machine and has not run here)."""
@@ -15,9 +15,9 @@ import torch
 from agentq.agent.grounding import Grounder
 from agentq.agent.policy import LLMPolicy, Sampling
 from agentq.agent.prompt import PromptBuilder
-from agentq.components import build
+from agentq.components import IncompatibleConfig, build
 from agentq.models import TinyRandomModel
-from agentq.models.vllm_sampling import VLLMSampler, samples_from_output, sampling_kwargs
+from agentq.models.vllm_engine import VLLMEngine, samples_from_output, sampling_kwargs
 from agentq.records.history import History
 
 
@@ -47,36 +47,26 @@ def _completion(ids, logprobs, finish_reason="stop", cumulative=None):
 
 
 def test_choosing_vllm_without_it_says_how_to_install(no_vllm, make_cfg):
-    import agentq.models.vllm_sampling  # noqa: F401  (importable without vllm)
+    import agentq.models.vllm_engine  # noqa: F401  (importable without vllm)
 
-    assert Sampling().backend == "hf"
-    with pytest.raises(ImportError, match="pip install vllm on a CUDA machine"):
-        Sampling(backend="vllm", reuse_prefix_cache=False)
     with pytest.raises(Exception) as info:  # at build time, before any model loads
-        build(make_cfg("+experiment=smoke", "agent.sampling.backend=vllm"))
+        build(make_cfg("+experiment=smoke", "engine=vllm"))
     assert "pip install vllm on a CUDA machine" in str(info.value) + str(info.value.__cause__)
 
 
-def test_unknown_backend_is_refused():
-    with pytest.raises(ValueError, match="agent.sampling.backend must be 'hf' or 'vllm'"):
-        Sampling(backend="sglang")
-
-
 @pytest.mark.parametrize(
-    "options, named",
+    "overrides, named",
     [
-        ({"reuse_prefix_cache": True}, ["reuse_prefix_cache"]),
-        ({"reuse_prefix_cache": False, "constrain_command": True}, ["constrain_command"]),
-        ({"reuse_prefix_cache": True, "constrain_command": True}, ["constrain_command", "reuse_prefix_cache"]),
+        (["agent.sampling.constrain_command=true"], "agent.sampling.constrain_command=false"),
+        (["collect.concurrency=4"], "collect.concurrency > 1"),
+        (["trainer.use_logged_reference=true"], "trainer.use_logged_reference=false"),
     ],
 )
-def test_hf_only_options_are_refused_with_vllm(monkeypatch, options, named):
+def test_what_vllm_cannot_do_is_refused_at_build(monkeypatch, make_cfg, overrides, named):
     monkeypatch.setitem(sys.modules, "vllm", types.ModuleType("vllm"))
-    with pytest.raises(ValueError, match="HF-only") as info:
-        Sampling(backend="vllm", **options)
-    for key in named:
-        assert f"agent.sampling.{key}=false" in str(info.value)
-    Sampling(backend="vllm", reuse_prefix_cache=False, constrain_command=False)
+    with pytest.raises(IncompatibleConfig, match="engine VLLMEngine") as info:
+        build(make_cfg("+experiment=smoke", "engine=vllm", *overrides))
+    assert named in str(info.value)
 
 
 # --- request and output glue ------------------------------------------------------------------
@@ -145,14 +135,15 @@ def test_the_policy_samples_through_a_vllm_shaped_engine(monkeypatch, tiny):
     fake.LLM = FakeLLM
     fake.SamplingParams = lambda **kwargs: SimpleNamespace(kwargs=kwargs)
     monkeypatch.setitem(sys.modules, "vllm", fake)
-    monkeypatch.setattr(VLLMSampler, "_engines", {})
+    monkeypatch.setattr(VLLMEngine, "_engines", {})
     monkeypatch.setattr(model.config, "_name_or_path", "/models/smollm2-fp32")
 
-    sampling = Sampling(backend="vllm", reuse_prefix_cache=False, max_new_tokens=24, temperature=0.8)
-    make = lambda: LLMPolicy(  # noqa: E731
-        model, tokenizer, prompt=PromptBuilder(env_instructions="Craft."), grounder=Grounder(), sampling=sampling
-    )
-    policy = make()
+    sampling = Sampling(reuse_prefix_cache=False, max_new_tokens=24, temperature=0.8)
+    engine = VLLMEngine(model, tokenizer)
+    policy = LLMPolicy(
+        model, tokenizer, prompt=PromptBuilder(env_instructions="Craft."), grounder=Grounder(), sampling=sampling,
+        engine=engine,
+    )  # fmt: skip
     history = History("Goal: craft 4 sticks.", valid_actions=("get 2 oak planks", "inventory"))
     candidates = policy.propose(history, 3, generator=torch.Generator().manual_seed(0))
     assert [c.command for c in candidates] == ["get 2 oak planks"] * 3
@@ -163,7 +154,7 @@ def test_the_policy_samples_through_a_vllm_shaped_engine(monkeypatch, tiny):
     sampled, greedy_params = calls["params"]
     assert sampled["n"] == 3 and sampled["temperature"] == 0.8 and sampled["logprobs"] == 0
     assert isinstance(sampled["seed"], int) and greedy_params["n"] == 1 and greedy_params["temperature"] == 0.0
-    make()  # a second policy (the next iteration) reuses the engine and pushes the weights again
+    VLLMEngine(model, tokenizer).serve(model)  # the next iteration: the same engine, the weights pushed again
     assert [source for source, _ in calls["engines"]] == ["/models/smollm2-fp32"]
     assert calls["engines"][0][1]["logprobs_mode"] == "raw_logprobs"
-    assert len(calls["pushed"]) == 2 and calls["pushed"][0].keys() == model.state_dict().keys()
+    assert len(calls["pushed"]) == 3 and calls["pushed"][0].keys() == model.state_dict().keys()

@@ -1,10 +1,10 @@
 """K candidates from vLLM: the sampling contract of :func:`agentq.models.sampling.sample_k`
-on a vLLM engine (``agent.sampling.backend=vllm``; optional, for CUDA machines).
+on a vLLM engine (``engine=vllm``; optional, for CUDA machines).
 
 **Not run on this machine** (no GPU; vLLM is not installed): the tests cover the
 import guard, the request parameters and the conversion of vLLM's outputs into
 our :class:`~agentq.models.sampling.Sample` (with fake output objects). The engine
-calls in :class:`VLLMSampler` have never been executed here.
+calls in :class:`VLLMEngine` have never been executed here.
 
 The contract, as on the HF path:
 
@@ -23,13 +23,15 @@ The contract, as on the HF path:
   (vLLM keeps ``stop_token_ids`` in the output ids); ``Sample.text`` is decoded
   from the ids without it, as on the HF path.
 
-HF-only, refused with this backend by :class:`~agentq.agent.policy.Sampling`:
-constrained COMMAND decoding (a per-step logits mask over valid actions) and our
-``PrefixCache`` (vLLM has its own).
+HF-only: constrained COMMAND decoding (a per-step logits mask over valid actions;
+refused with this engine by ``components.check_engine``) and our ``PrefixCache``
+(vLLM has its own; ignored). Requests go one at a time (``LLM.generate`` is not
+called from several threads), so ``collect.concurrency`` and ``eval.concurrency``
+stay 1 with this engine.
 
 Weights: one engine per process, built from the model's ``config._name_or_path``
 (a folder or hub id vLLM can load, e.g. the cached fp32 folder of the embedded
-GGUF model, docs/method.md §11). Each :class:`VLLMSampler` pushes the current policy's
+GGUF model, docs/method.md §11). :meth:`VLLMEngine.serve` pushes the current policy's
 weights into it (after iteration i, the base model with adapters 1..i merged)
 through the in-process model runner: this needs ``tensor_parallel_size=1`` and
 ``VLLM_ENABLE_V1_MULTIPROCESSING=0``, and the attribute path
@@ -45,6 +47,7 @@ from typing import Any
 
 import torch
 
+from agentq.models.engine import request_seed
 from agentq.models.sampling import Sample
 
 INSTALL_HINT = "pip install vllm on a CUDA machine (vllm>=0.10.2)"
@@ -64,7 +67,7 @@ def require_vllm() -> Any:
     try:
         import vllm
     except ImportError as e:
-        raise ImportError(f"agent.sampling.backend=vllm needs vLLM, which is not installed: {INSTALL_HINT}") from e
+        raise ImportError(f"engine=vllm needs vLLM, which is not installed: {INSTALL_HINT}") from e
     return vllm
 
 
@@ -127,7 +130,7 @@ def completion_logprob(completion: Any, ids: Sequence[int]) -> float:
     return float(completion.cumulative_logprob)
 
 
-class VLLMSampler:
+class VLLMEngine:
     """``sample_k`` on a vLLM engine that holds the given model's current weights.
 
     Args:
@@ -138,15 +141,22 @@ class VLLMSampler:
     """
 
     _engines: dict[str, Any] = {}  # one engine per model source, per process
+    exact = False
+    batches = False
+    constrains = False
 
-    def __init__(self, model, tokenizer, *, max_model_len: int) -> None:
+    @staticmethod
+    def check_args(key: str, **_) -> None:
+        require_vllm()  # before any model loads (validation.check_targets)
+
+    def __init__(self, model, tokenizer, *, max_model_len: int = 4096) -> None:
         vllm = require_vllm()
         self.tokenizer = tokenizer
         self._vllm = vllm
         source = getattr(model.config, "_name_or_path", "")
         if not source:
             raise ValueError(
-                f"agent.sampling.backend=vllm: vLLM loads the model from a folder or hub id, "
+                f"engine=vllm: vLLM loads the model from a folder or hub id, "
                 f"and this model's config names {source!r}"
             )
         if source not in self._engines:
@@ -154,10 +164,16 @@ class VLLMSampler:
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
             self._engines[source] = vllm.LLM(model=source, max_model_len=max_model_len, **ENGINE_KWARGS)
         self.llm = self._engines[source]
+        self.serve(model)
+
+    def serve(self, model) -> None:
         push_weights(self.llm, model)
 
+    def close(self) -> None:
+        pass  # the engine is kept for the process's next run
+
     @torch.no_grad()
-    def sample_k(
+    def sample(
         self,
         prompt_ids: Sequence[int],
         k: int,
@@ -167,12 +183,16 @@ class VLLMSampler:
         top_p: float = 1.0,
         eos_token_ids: Collection[int],
         generator: torch.Generator | None = None,
+        constraint=None,
+        prefix_cache=None,  # vLLM's own prefix caching serves instead
     ) -> list[Sample]:
         """As :func:`agentq.models.sampling.sample_k`; the request's seed is drawn
         from ``generator``, so draws are reproducible per call."""
         if k < 1:
             raise ValueError(f"sample_k: k must be >= 1, got {k}")
-        seed = int(torch.randint(0, 2**31 - 1, (1,), generator=generator)) if generator is not None else None
+        if constraint is not None:
+            raise ValueError("engine=vllm does not take the COMMAND constraint: set agent.sampling.constrain_command=false")
+        seed = request_seed(generator)
         params = self._vllm.SamplingParams(
             **sampling_kwargs(
                 k, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
@@ -190,7 +210,7 @@ def push_weights(llm: Any, model: torch.nn.Module) -> None:
         runner_model = llm.llm_engine.model_executor.driver_worker.worker.model_runner.model
     except AttributeError as e:
         raise RuntimeError(
-            "agent.sampling.backend=vllm: cannot reach the engine's model to load the policy's weights "
+            "engine=vllm: cannot reach the engine's model to load the policy's weights "
             "(needs VLLM_ENABLE_V1_MULTIPROCESSING=0, tensor_parallel_size=1, and a vLLM whose LLM has "
             "llm_engine.model_executor.driver_worker.worker.model_runner.model)"
         ) from e

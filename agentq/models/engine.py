@@ -1,0 +1,123 @@
+"""Inference engines: what turns a prompt into K sampled completions.
+
+Every policy proposal (K candidates of a node, a rollout step, an evaluation
+action) goes through one engine, chosen by the ``engine`` config group and
+built once per run around the policy's weights:
+
+- ``hf`` (:class:`HFEngine`): :func:`agentq.models.sampling.sample_k` in this
+  process, on the torch model itself. The exact reference: its log-probs are the
+  trainer's, it takes the constrained COMMAND decoding and the prompt cache, and
+  it serves any model. One request at a time.
+- ``openvino`` (:class:`agentq.models.openvino_engine.OpenVINOEngine`): OpenVINO
+  GenAI's continuous-batching pipeline on the CPU; requests from concurrent
+  searches are batched as they arrive.
+- ``vllm`` (:class:`agentq.models.vllm_engine.VLLMEngine`): vLLM on CUDA machines.
+
+An engine's ``serve(model)`` makes it sample from new weights (after each
+iteration's training, the base with the adapter merged). ``exact`` says whether
+its log-probs are the trainer's own numerics; when they are not, nothing the
+trainer computes is taken from them (the DPO reference is the trainer's forward
+pass, docs/method.md §4).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Collection, Sequence
+from typing import Protocol
+
+import torch
+
+from agentq.models.prefix_cache import PrefixCache
+from agentq.models.sampling import DecodeConstraint, Sample, sample_k
+
+
+class Engine(Protocol):
+    exact: bool  # log-probs computed by the trainer's own forward (same kernels, fp32)
+    batches: bool  # requests from concurrent searches share forward passes
+    constrains: bool  # takes a DecodeConstraint (the COMMAND field onto valid actions)
+
+    def serve(self, model: torch.nn.Module) -> None: ...
+
+    def sample(
+        self,
+        prompt_ids: Sequence[int],
+        k: int,
+        *,
+        max_new_tokens: int,
+        temperature: float,
+        top_p: float,
+        eos_token_ids: Collection[int],
+        generator: torch.Generator | None = None,
+        constraint: DecodeConstraint | None = None,
+        prefix_cache: PrefixCache | None = None,
+    ) -> list[Sample]: ...
+
+    def close(self) -> None: ...
+
+
+class HFEngine:
+    """:func:`~agentq.models.sampling.sample_k` on the torch model, one request at a time.
+
+    Calls from several threads are serialised: the model's forward passes already
+    use every core, and two at once would only fight over them.
+    """
+
+    exact = True
+    batches = False
+    constrains = True
+
+    def __init__(self, model: torch.nn.Module, tokenizer) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self._lock = threading.Lock()
+
+    def serve(self, model: torch.nn.Module) -> None:
+        self.model = model
+
+    def sample(
+        self,
+        prompt_ids: Sequence[int],
+        k: int,
+        *,
+        max_new_tokens: int,
+        temperature: float,
+        top_p: float,
+        eos_token_ids: Collection[int],
+        generator: torch.Generator | None = None,
+        constraint: DecodeConstraint | None = None,
+        prefix_cache: PrefixCache | None = None,
+    ) -> list[Sample]:
+        with self._lock:
+            return sample_k(
+                self.model, prompt_ids, k, tokenizer=self.tokenizer, max_new_tokens=max_new_tokens,
+                temperature=temperature, top_p=top_p, eos_token_ids=eos_token_ids, generator=generator,
+                constraint=constraint, prefix_cache=prefix_cache,
+            )  # fmt: skip
+
+    def close(self) -> None:
+        pass
+
+
+def request_seed(generator: torch.Generator | None) -> int | None:
+    """A request's sampling seed, drawn from the search's generator: an engine that
+    samples on its own RNG still gives each search the same draws, call after call."""
+    if generator is None:
+        return None
+    return int(torch.randint(0, 2**31 - 1, (1,), generator=generator))
+
+
+class Serialized:
+    """A model whose forward passes hold a lock: the critic's and the judge's torch
+    model, shared by concurrent searches (attributes pass through)."""
+
+    def __init__(self, model: torch.nn.Module, lock: threading.Lock | None = None) -> None:
+        self.__dict__["_model"] = model
+        self.__dict__["_lock"] = lock or threading.Lock()
+
+    def __call__(self, *args, **kwargs):
+        with self._lock:
+            return self._model(*args, **kwargs)
+
+    def __getattr__(self, name: str):
+        return getattr(self._model, name)

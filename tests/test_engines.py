@@ -1,0 +1,139 @@
+"""The engines behind the policy: the GGUF the OpenVINO engine reads holds the torch
+weights, the engine decodes what the HF reference decodes, a request's result does not
+depend on the requests beside it, and what an engine cannot do is refused at build."""
+
+import threading
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from agentq.components import IncompatibleConfig, build
+from agentq.models import TinyRandomModel
+from agentq.models.engine import HFEngine
+from agentq.models.gguf_export import gguf_name, rotary_interleave, write_gguf
+from agentq.models.loading import smollm2_gguf_path
+from agentq.models.openvino_engine import OpenVINOEngine
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    model, tokenizer = TinyRandomModel().load()
+    return model.eval(), tokenizer
+
+
+@pytest.fixture(scope="module")
+def engine(tiny, tmp_path_factory):
+    model, tokenizer = tiny
+    engine = OpenVINOEngine(model, tokenizer, template=None, cache_dir=tmp_path_factory.mktemp("engine"))
+    yield engine
+    engine.close()
+
+
+def prompts(tokenizer, n: int) -> list[list[int]]:
+    colours = ("red", "blue", "black")
+    texts = [f"Goal {i}: buy a {colours[i % 3]} chair under {10 * i} dollars." for i in range(n)]
+    return [list(tokenizer(t, add_special_tokens=False).input_ids) for t in texts]
+
+
+def test_gguf_names_and_the_rotary_row_order():
+    assert gguf_name("model.layers.12.self_attn.k_proj.weight") == "blk.12.attn_k.weight"
+    assert gguf_name("model.embed_tokens.weight") == "token_embd.weight"
+    with pytest.raises(KeyError):
+        gguf_name("model.layers.0.self_attn.rotary_emb.inv_freq")
+    # One head of dim 4: rows (x0, x1 | y0, y1) -> (x0, y0, x1, y1).
+    rows = torch.arange(4.0)[:, None].numpy()
+    assert rotary_interleave(rows, 1)[:, 0].tolist() == [0.0, 2.0, 1.0, 3.0]
+
+
+def test_the_written_gguf_loads_back_as_the_same_weights(tiny, tmp_path):
+    model, _ = tiny
+    path = write_gguf(model, smollm2_gguf_path(), tmp_path / "tiny.gguf", quantization="F16")
+    again = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=path.name, dtype=torch.float32, local_files_only=True)
+    theirs = again.state_dict()
+    for name, weight in model.state_dict().items():
+        assert torch.allclose(theirs[name], weight, rtol=1e-3, atol=1e-4), name  # F16 rounding only
+
+
+def test_greedy_decoding_matches_the_hf_reference(tiny, engine):
+    model, tokenizer = tiny
+    hf = HFEngine(model, tokenizer)
+    for ids in prompts(tokenizer, 6):
+        [a] = hf.sample(ids, 1, max_new_tokens=16, temperature=0.0, top_p=1.0, eos_token_ids={2})
+        b = engine.sample(ids, 2, max_new_tokens=16, temperature=0.0, top_p=1.0, eos_token_ids={2})
+        assert b[0] == b[1]  # greedy: one completion stands for all k
+        assert b[0].token_ids == a.token_ids and b[0].text == a.text
+        assert b[0].logprob == pytest.approx(a.logprob, abs=1e-3)
+
+
+def test_a_request_does_not_depend_on_the_requests_beside_it(tiny, engine):
+    _, tokenizer = tiny
+
+    def draw(i: int, ids: list[int]) -> list[tuple[int, ...]]:
+        generator = torch.Generator().manual_seed(i)
+        return [s.token_ids for s in engine.sample(ids, 3, max_new_tokens=10, temperature=1.0, top_p=1.0, eos_token_ids={2}, generator=generator)]
+
+    requests = prompts(tokenizer, 8)
+    alone = [draw(i, ids) for i, ids in enumerate(requests)]
+    together: list = [None] * len(requests)
+    threads = [threading.Thread(target=lambda i=i, ids=ids: together.__setitem__(i, draw(i, ids))) for i, ids in enumerate(requests)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert together == alone
+    assert len({s for draws in alone for s in draws}) > 8  # the seeds do draw different samples
+
+
+def test_what_the_engine_cannot_report_is_refused(tiny, engine):
+    _, tokenizer = tiny
+    [ids] = prompts(tokenizer, 1)
+    with pytest.raises(ValueError, match="temperature=0.7"):
+        engine.sample(ids, 2, max_new_tokens=4, temperature=0.7, top_p=1.0, eos_token_ids={2})
+    with pytest.raises(ValueError, match="constrain_command=false"):
+        engine.sample(ids, 2, max_new_tokens=4, temperature=1.0, top_p=1.0, eos_token_ids={2}, constraint=object())
+
+
+def test_a_closed_engine_says_so(tiny, tmp_path):
+    model, tokenizer = tiny
+    engine = OpenVINOEngine(model, tokenizer, template=None, cache_dir=tmp_path)
+    engine.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        engine.sample([1, 2, 3], 1, max_new_tokens=2, temperature=0.0, top_p=1.0, eos_token_ids={2})
+
+
+def test_serving_new_weights_changes_what_is_decoded(tiny, tmp_path):
+    model, tokenizer = tiny
+    [ids] = prompts(tokenizer, 1)
+    engine = OpenVINOEngine(model, tokenizer, template=None, cache_dir=tmp_path)
+    try:
+        before = engine.sample(ids, 1, max_new_tokens=8, temperature=0.0, top_p=1.0, eos_token_ids={2})
+        other = TinyRandomModel(seed=1).load()[0].eval()
+        engine.serve(other)
+        after = engine.sample(ids, 1, max_new_tokens=8, temperature=0.0, top_p=1.0, eos_token_ids={2})
+        [expected] = HFEngine(other, tokenizer).sample(ids, 1, max_new_tokens=8, temperature=0.0, top_p=1.0, eos_token_ids={2})
+    finally:
+        engine.close()
+    assert after != before and after[0].token_ids == expected.token_ids
+    assert len(list((tmp_path / "gguf").glob("*.gguf"))) == 2  # one file per distinct weights
+
+
+@pytest.mark.parametrize(
+    "overrides, named",
+    [
+        (["agent.sampling.constrain_command=true"], "agent.sampling.constrain_command=false"),
+        (["agent.sampling.temperature=0.7"], "agent.sampling.temperature=0.7"),
+        (["workers=2"], "use collect.concurrency"),
+        (["trainer.use_logged_reference=true"], "trainer.use_logged_reference=false"),
+        (["engine.cache_gb=0"], "engine.cache_gb must be a number >= 1"),
+    ],
+)
+def test_openvino_refuses_at_build_what_it_cannot_do(make_cfg, overrides, named):
+    with pytest.raises((IncompatibleConfig, ValueError)) as info:
+        build(make_cfg("+experiment=smoke", "engine=openvino", "agent.sampling.temperature=1.0", *overrides))
+    assert named in str(info.value)
+
+
+def test_concurrency_needs_a_batching_engine(make_cfg):
+    with pytest.raises(IncompatibleConfig, match="eval.concurrency > 1.*engine HFEngine serves one request at a time"):
+        build(make_cfg("+experiment=smoke", "eval.concurrency=4"))
