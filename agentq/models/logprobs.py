@@ -20,7 +20,7 @@ import torch
 from torch import Tensor, nn
 
 
-def _decoder_and_head(model: nn.Module) -> tuple[nn.Module, nn.Module]:
+def decoder_and_head(model: nn.Module) -> tuple[nn.Module, nn.Module]:
     """The transformer body and the output embedding of a causal LM or a peft model of one.
 
     peft injects LoRA layers into the base model's modules in place, so the
@@ -68,7 +68,7 @@ def completion_logprobs(
             "completion_logprobs: completion_mask[:, 0] must be 0 (no position predicts it)"
         )
 
-    decoder, head = _decoder_and_head(model)
+    decoder, head = decoder_and_head(model)
     hidden = decoder(
         input_ids=input_ids, attention_mask=attention_mask, use_cache=False
     ).last_hidden_state  # (B, T, H)
@@ -134,7 +134,7 @@ def pair_logprobs(
     Returns:
         (B,) chosen and (B,) rejected summed log-probs, float32, differentiable.
     """
-    decoder, head = _decoder_and_head(model)
+    decoder, head = decoder_and_head(model)
     device = head.weight.device
     chosen_out, rejected_out = [], []
     for prompt, chosen, rejected in zip(prompt_ids, chosen_ids, rejected_ids, strict=True):
@@ -193,7 +193,7 @@ def segment_logprobs(
         raise ValueError(f"segment_logprobs: every owner must lie in [0, {num_sequences})")
     if any(len(c) == 0 for c in completion_ids):
         raise ValueError("segment_logprobs: every completion needs at least one token")
-    device = _decoder_and_head(model)[1].weight.device
+    device = decoder_and_head(model)[1].weight.device
     order = sorted(range(len(owner)), key=lambda i: len(prompt_ids[i]) + len(completion_ids[i]))
     total = torch.zeros(num_sequences, dtype=torch.float32, device=device)  # (S,)
     for start in range(0, len(order), rows_per_forward):

@@ -19,7 +19,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 
-from agentq.models.logprobs import _decoder_and_head, segment_logprobs
+from agentq.models.logprobs import decoder_and_head, segment_logprobs
 from agentq.objectives.base import PreferenceLogps, SequenceLogps
 from agentq.training.data import PreferenceBatch, PromptGroups, Segments, SFTBatch
 
@@ -238,7 +238,7 @@ def shared_prompt_logprobs(
     """
     if not prompt_ids or not completion_ids or not all(completion_ids):
         raise ValueError("shared_prompt_logprobs: the prompt and every completion need at least one token")
-    decoder, head = _decoder_and_head(model)
+    decoder, head = decoder_and_head(model)
     device = head.weight.device
     count, width = len(completion_ids), max(len(c) for c in completion_ids)
     prompt = decoder(input_ids=torch.tensor([list(prompt_ids)], device=device), use_cache=True)
