@@ -24,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from agentq import oracle
 from agentq.data.buffer import ReplayBuffer
+from agentq.data.diagnostics import search_diagnostics
 from agentq.layout import RunLayout, read_json, write_json
 from agentq.modes import MODES
 
@@ -108,10 +109,19 @@ def write_summary(
                 entry["eval"][mode] = read_json(path)
         if iteration > 0:
             entry["num_examples"] = buffer.num_examples(iteration)
+            searches = buffer.searches(iteration)
+            if searches:
+                examples = buffer.examples(iteration) if buffer.has_examples(iteration) else []
+                entry["search"] = search_diagnostics(searches, examples)
             train = layout.train_metrics(iteration)
             entry["train"] = read_json(train) if train.exists() else None
         if layout.seconds(iteration).exists():
             entry["seconds"] = read_json(layout.seconds(iteration))
+            for mode, metrics in entry["eval"].items():  # wall seconds per success, the cost a user pays
+                seconds = entry["seconds"].get(f"eval_{mode}")
+                solved = round(metrics.get("success_rate", 0) * metrics.get("num_tasks", 0))
+                if seconds is not None and solved:
+                    metrics["seconds_per_success"] = round(seconds / solved, 1)
         if entry["eval"] or iteration == 0 or layout.iteration(iteration).exists():
             entries.append(entry)
     summary = {"iterations": entries, "wall_seconds": round(wall_seconds, 1)}

@@ -44,7 +44,8 @@ def zero_shot(env: gym.Env, policy, *, max_steps: int, dense_reward: bool = Fals
         forget_prompts(policy)  # an episode depends on its task, never on the one before
         before = getattr(policy, "num_calls", 0)
         trajectory = run_episode(env, policy, task_id, max_steps=max_steps, dense_reward=dense_reward)
-        return trajectory, SearchStats(policy_calls=getattr(policy, "num_calls", 0) - before)
+        tokens = sum(len(s.action_ids) for s in trajectory.steps)  # greedy: one completion a step
+        return trajectory, SearchStats(policy_calls=getattr(policy, "num_calls", 0) - before, policy_tokens=tokens)
 
     return episode
 
@@ -180,10 +181,16 @@ def aggregate(records: Sequence[dict]) -> dict[str, float]:
     metrics["score"] = 100 * metrics["avg_reward"]
     # A counter no task spent is one the mode does not count (zero-shot's env steps): not reported.
     stats = [SearchStats.from_dict(r["stats"]) for r in records]
+    successes = sum(bool(t["success"]) for t in trajectories)
     for key in SearchStats.PER_TASK:
         values = [getattr(s, key) for s in stats]
         if any(values):
             metrics[f"avg_{key}"] = sum(values) / n
+            if successes:  # cost per success: what the mode spent on all tasks over the ones it solved
+                metrics[f"{key}_per_success"] = sum(values) / successes
+    if successes:
+        metrics["steps_per_success"] = sum(len(t["steps"]) for t in trajectories) / successes
+        metrics["model_calls_per_success"] = sum(s.model_calls for s in stats) / successes
     # Shares of the steps whose command was exact / rewritten / refused / missing / unchecked
     # (agentq.agent.grounding), over the steps that recorded one (not replayed prefixes, old files).
     from agentq.agent.grounding import grounding_shares

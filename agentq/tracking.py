@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from agentq.data.buffer import ReplayBuffer
+from agentq.data.diagnostics import search_diagnostics
 from agentq.records.tree import SearchResult
 
 TREE_COLUMNS = ["task", "node", "parent", "depth", "command", "q", "q_mcts", "visits", "critic_score"]
@@ -53,11 +54,15 @@ def log_iteration(loggers: Sequence[Any], buffer: ReplayBuffer, iteration: int) 
 
     results = buffer.searches(iteration)
     largest = max(results, key=lambda r: len(r.tree.nodes), default=None)
+    examples = buffer.examples(iteration) if buffer.has_examples(iteration) else []
+    diagnostics = search_diagnostics(results, examples)
     for run in runs:
         rows = tree_rows(results)
         if rows:
             # No explicit step: Lightning's training steps already advanced W&B's counter.
             logged = {"search/trees": wandb.Table(columns=TREE_COLUMNS, data=rows), "iteration": iteration}
+            logged |= {f"search/critic_{k}": v for k, v in diagnostics["critic"].items() if v is not None}
+            logged |= {f"search/pairs_{k}": v for k, v in diagnostics["pairs"].items()}
             if largest is not None:
                 logged["search/largest_tree"] = wandb.Html(render_tree_svg(largest.tree.to_dict()))
             run.log(logged)

@@ -233,8 +233,14 @@ def check_loop_keys(cfg: DictConfig) -> None:
     for key in ("collect.concurrency", "eval.concurrency"):
         require_int(key, select(key, default=1), 1)
     require_int("threads", select("threads"), 1, none_ok=True)
-    for key in ("dense_reward", "eval.base", "eval.zero_shot", "eval.search", "eval.recovery"):
+    for key in ("dense_reward", "eval.base", "eval.zero_shot", "eval.search", "eval.recovery", "tuning"):
         require_bool(key, select(key, default=False))
+    for key in ("eval.split", "collect.split"):  # tune on dev, never on test
+        if select("tuning", default=False) and select(key) == "test":
+            raise ValueError(
+                f"tuning=true (an hparams_search sweep) with {key}=test: a sweep chooses on the dev split "
+                f"and never reads test goals; set {key}=dev (WebShop: env.make.dev_size > 0)"
+            )
     require_int("eval.num_simulations", select("eval.num_simulations"), 1, none_ok=True)
     require_int("eval.search_num_tasks", select("eval.search_num_tasks"), 1, none_ok=True)
     for key in ("collect.split", "eval.split"):

@@ -31,7 +31,7 @@ Loss agreement, untimed, before any step: on the first ``--check-batches``
 batches of (b)'s order, the loss of (a)'s computation, (b') and (b) at the same
 weights; |b' - a| is float noise, |b - a| is bf16's.
 
-    python -m benchmarks.bench_dpo_throughput               # embedded SmolLM2-135M, batch sizes 2 and 4
+    python -m benchmarks.bench_dpo_throughput               # embedded SmolLM2-135M, batch sizes 2, 4 and 8
     python -m benchmarks.bench_dpo_throughput --quick       # random tiny model: a smoke test
 """
 
@@ -63,7 +63,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="tiny model, 2 nodes of 3 actions, 1 timed step")
     parser.add_argument("--nodes", type=int, default=4, help="search nodes (distinct histories)")
     parser.add_argument("--k", type=int, default=5, help="sibling actions per node; all K(K-1)/2 pairs")
-    parser.add_argument("--batch-sizes", default="2,4", help="pairs per optimiser step, comma-separated")
+    parser.add_argument("--batch-sizes", default="2,4,8", help="pairs per optimiser step, comma-separated")
     parser.add_argument("--steps", type=int, default=3, help="timed steps per side (after one warm-up step)")
     parser.add_argument("--check-batches", type=int, default=2, help="batches of the loss agreement check")
     parser.add_argument("--completion-tokens", type=int, default=40, help="sampled tokens per action")

@@ -9,8 +9,9 @@ the OpenVINO engine with many searches in flight.
     prefix caching off so that rounds are alike, rounds interleaved;
 (3) MCTS simulations per CPU-minute: today's path (HF, one search at a time, the
     headline's settings: constrained COMMAND, temperature 0.7) on a few goals vs
-    the engine at ``collect.concurrency`` on more (temperature 1, no constraint:
-    what the engine takes), same search budgets;
+    the engine at ``collect.concurrency`` on more (temperature 1: the engine
+    reports raw log-probs only there; the COMMAND constraint through the
+    engine's regex), same search budgets;
 (4) zero-shot evaluation episodes per minute: the same two paths.
 
 Both paths of (3) and (4) run in this process, one after the other (never
@@ -44,7 +45,7 @@ from agentq.parallel import for_each_task
 from benchmarks.common import cli
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
-ENGINE = ["engine=openvino", "agent.sampling.temperature=1.0", "agent.sampling.constrain_command=false", "trainer.use_logged_reference=false"]
+ENGINE = ["engine=openvino", "agent.sampling.temperature=1.0", "trainer.use_logged_reference=false"]
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

@@ -81,6 +81,8 @@ def test_dpo_throughput_row_needs_3x_pairs_per_minute_and_the_bf16_loss_within_1
     row = run_all.dpo_throughput_row(throughput_results(3.5, 4e-4))
     assert row.met is True and row.ratio.startswith("3.50x") and "(b) grouped bf16 35.00" in row.measured
     slow = run_all.dpo_throughput_row(throughput_results(2.0, 4e-4))
-    assert slow.met is False and "below 3x at batch 4" in slow.reason
-    drifted = run_all.dpo_throughput_row(throughput_results(3.5, 5e-3))
+    assert slow.met is False and "below 3x with the loss within 1e-3 at batch 4" in slow.reason
+    drifted = run_all.dpo_throughput_row(throughput_results(3.5, 5e-3))  # fp32 2.8x, bf16 off by 5e-3
     assert drifted.met is False and "bf16 moves the loss by more than 1e-3" in drifted.reason
+    fp32 = run_all.dpo_throughput_row(throughput_results(4.0, 5e-3))  # fp32 3.2x within 1e-7: met without bf16
+    assert fp32.met is True and "bf16 moves the loss" in fp32.reason

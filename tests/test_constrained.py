@@ -177,3 +177,48 @@ def test_tail_cap_cuts_the_action_after_its_command(tiny, table, prompt):
     assert tail.startswith("\n")  # the command line ends, then at most 2 more tokens
     assert len(tokenizer.encode(tail.lstrip("\n"), add_special_tokens=False)) <= 2
     assert not sample.finished  # cut, as max_new_tokens cuts, not an end token
+
+
+# The same rule as a regex, for engines that take one (engine=openvino).
+
+
+def test_the_regex_free_line_is_exactly_a_line_without_a_command_header():
+    """A free line is one none of whose prefixes the token path reads as a COMMAND header."""
+    import random
+    import re
+
+    from agentq.agent.action import COMMAND_HEADER_LINE
+    from agentq.agent.constrained import _FREE_LINE
+
+    free_line, rng, alphabet = re.compile(_FREE_LINE), random.Random(0), "cCoOmMaAnNdDtTiI *_-:\t#>xy"
+    for _ in range(20_000):
+        line = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12)))
+        header = any(COMMAND_HEADER_LINE.match(line[:i]) for i in range(len(line) + 1))
+        assert bool(free_line.fullmatch(line)) is not header, line
+
+
+@pytest.mark.parametrize("actions", [RESULTS_PAGE, SEARCH_PAGE, LONG_TITLES])
+def test_every_token_path_sample_matches_the_regex(tiny, table, prompt, actions):
+    """The two forms of the rule agree: what the logits mask lets through, the regex accepts."""
+    import re
+
+    constraint = CommandConstraint(table, actions, eos_token_ids={2}, max_new_tokens=48)
+    pattern = re.compile(constraint.regex())
+    for sample in draw(tiny, table, prompt, actions, k=6):
+        assert pattern.fullmatch(sample.text), sample.text
+    assert not pattern.fullmatch("THOUGHT: x\nCOMMAND: click[Not listed]\n")
+    assert not pattern.fullmatch("THOUGHT: no command at all")
+
+
+def test_settle_forces_a_late_command_and_caps_the_tail(table):
+    def ids(text: str) -> list[int]:
+        return table.encode(text)
+
+    constraint = CommandConstraint(table, RESULTS_PAGE, eos_token_ids={2}, max_new_tokens=48, max_tail_tokens=2)
+    early = ids("THOUGHT: go.\nCOMMAND: click[Next >]\nEXPLANATION: the next page of results")
+    keep, force = constraint.settle(early)
+    assert not force and table.tokenizer.decode(early[:keep]).startswith("THOUGHT: go.\nCOMMAND: click[Next >]\n")
+    assert keep == len(ids("THOUGHT: go.\nCOMMAND: click[Next >]\n")) + 2  # two tail tokens kept
+    late = ids("THOUGHT: " + "very " * constraint.force_at + "\nCOMMAND: click[Next >]\n")
+    assert constraint.settle(late) == (constraint.force_at, True)  # cut where the token path forces the trigger
+    assert constraint.settle(late, forced=True)[1] is False

@@ -8,11 +8,14 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from agentq.agent.action import parse_composite
+from agentq.agent.constrained import CommandConstraint, TokenTable
 from agentq.components import IncompatibleConfig, build
 from agentq.models import TinyRandomModel
 from agentq.models.engine import HFEngine
 from agentq.models.gguf_export import gguf_name, rotary_interleave, write_gguf
 from agentq.models.loading import smollm2_gguf_path
+from agentq.models.logprobs import completion_logprobs
 from agentq.models.openvino_engine import OpenVINOEngine
 
 
@@ -66,6 +69,17 @@ def test_greedy_decoding_matches_the_hf_reference(tiny, engine):
         assert b[0].logprob == pytest.approx(a.logprob, abs=1e-3)
 
 
+def at_once(draw, requests: list) -> list:
+    """``draw(i, request)`` for every request, each in its own thread, all in flight together."""
+    together: list = [None] * len(requests)
+    threads = [threading.Thread(target=lambda i=i, r=r: together.__setitem__(i, draw(i, r))) for i, r in enumerate(requests)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return together
+
+
 def test_a_request_does_not_depend_on_the_requests_beside_it(tiny, engine):
     _, tokenizer = tiny
 
@@ -75,13 +89,7 @@ def test_a_request_does_not_depend_on_the_requests_beside_it(tiny, engine):
 
     requests = prompts(tokenizer, 8)
     alone = [draw(i, ids) for i, ids in enumerate(requests)]
-    together: list = [None] * len(requests)
-    threads = [threading.Thread(target=lambda i=i, ids=ids: together.__setitem__(i, draw(i, ids))) for i, ids in enumerate(requests)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert together == alone
+    assert at_once(draw, requests) == alone
     assert len({s for draws in alone for s in draws}) > 8  # the seeds do draw different samples
 
 
@@ -90,8 +98,6 @@ def test_what_the_engine_cannot_report_is_refused(tiny, engine):
     [ids] = prompts(tokenizer, 1)
     with pytest.raises(ValueError, match="temperature=0.7"):
         engine.sample(ids, 2, max_new_tokens=4, temperature=0.7, top_p=1.0, eos_token_ids={2})
-    with pytest.raises(ValueError, match="constrain_command=false"):
-        engine.sample(ids, 2, max_new_tokens=4, temperature=1.0, top_p=1.0, eos_token_ids={2}, constraint=object())
 
 
 def test_a_closed_engine_says_so(tiny, tmp_path):
@@ -121,7 +127,6 @@ def test_serving_new_weights_changes_what_is_decoded(tiny, tmp_path):
 @pytest.mark.parametrize(
     "overrides, named",
     [
-        (["agent.sampling.constrain_command=true"], "agent.sampling.constrain_command=false"),
         (["agent.sampling.temperature=0.7"], "agent.sampling.temperature=0.7"),
         (["workers=2"], "use collect.concurrency"),
         (["trainer.use_logged_reference=true"], "trainer.use_logged_reference=false"),
@@ -137,3 +142,46 @@ def test_openvino_refuses_at_build_what_it_cannot_do(make_cfg, overrides, named)
 def test_concurrency_needs_a_batching_engine(make_cfg):
     with pytest.raises(IncompatibleConfig, match="eval.concurrency > 1.*engine HFEngine serves one request at a time"):
         build(make_cfg("+experiment=smoke", "eval.concurrency=4"))
+
+
+RESULTS_PAGE = ["click[Back to Search]", "click[Next >]", "click[B08H6TFG8S]", "click[B0L2UU1J61]"]
+
+
+@pytest.mark.parametrize("actions", [RESULTS_PAGE, ["search[...]"]])
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_the_command_constraint_holds_through_the_engines_regex(tiny, engine, actions, temperature):
+    """The random model never writes COMMAND: itself, so every sample takes the forced path:
+    cut at force_at, then the trigger and a listed action written under the regex."""
+    model, tokenizer = tiny
+    table = TokenTable(tokenizer)
+    for i, ids in enumerate(prompts(tokenizer, 3)):
+        constraint = CommandConstraint(table, actions, eos_token_ids={2}, max_new_tokens=48, max_tail_tokens=2)
+        samples = engine.sample(ids, 3, max_new_tokens=48, temperature=temperature, top_p=1.0, eos_token_ids={2},
+                                generator=torch.Generator().manual_seed(i), constraint=constraint)
+        for sample in samples:
+            command = parse_composite(sample.text).command
+            assert command in actions or (actions == ["search[...]"] and command.startswith("search[")), sample.text
+            assert len(sample.token_ids) <= constraint.force_at + constraint.forced_chars
+            assert constraint.settle(sample.token_ids, forced=True) == (len(sample.token_ids), False)  # tail already cut
+            # The log-prob is the raw model's likelihood of the emitted tokens, forced ones included.
+            full = torch.tensor([ids + list(sample.token_ids)])
+            completion = torch.zeros_like(full, dtype=torch.bool)
+            completion[0, len(ids):] = True
+            with torch.no_grad():
+                expected = completion_logprobs(model, full, torch.ones_like(full), completion)
+            assert sample.logprob == pytest.approx(float(expected[0]), abs=1e-2)
+
+
+def test_constrained_requests_do_not_depend_on_the_requests_beside_them(tiny, engine):
+    _, tokenizer = tiny
+    table = TokenTable(tokenizer)
+
+    def draw(i: int, ids: list[int]) -> list[tuple[int, ...]]:
+        constraint = CommandConstraint(table, RESULTS_PAGE, eos_token_ids={2}, max_new_tokens=40)
+        samples = engine.sample(ids, 2, max_new_tokens=40, temperature=1.0, top_p=1.0, eos_token_ids={2},
+                                generator=torch.Generator().manual_seed(i), constraint=constraint)
+        return [s.token_ids for s in samples]
+
+    requests = prompts(tokenizer, 4)
+    alone = [draw(i, ids) for i, ids in enumerate(requests)]
+    assert at_once(draw, requests) == alone

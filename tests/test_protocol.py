@@ -114,3 +114,34 @@ def test_the_oracle_row_reaches_the_summary(make_cfg, tmp_path):
     assert json.loads((run_dir / "summary.json").read_text())["oracle"] == entry
     full = json.loads((run_dir / "oracle.json").read_text())
     assert [e["task_id"] for e in full["episodes"]] == test_ids
+
+
+# Tune on dev, never on test (issue 17).
+
+
+def test_the_webshop_dev_split_is_carved_from_training_goals_only():
+    import gymnasium as gym
+
+    plain = gym.make("envs.webshop:agentq/WebShop-v0").unwrapped
+    with pytest.raises(ValueError, match="dev_size"):
+        plain.task_ids("dev")  # none unless asked for
+    env = gym.make("envs.webshop:agentq/WebShop-v0", dev_size=100).unwrapped
+    train, dev, test = (set(env.task_ids(s)) for s in ("train", "dev", "test"))
+    assert len(dev) == 100 and not dev & test and not dev & train
+    assert train | dev == set(plain.task_ids("train")) and test == set(plain.task_ids("test"))
+    with pytest.raises(ValueError, match="dev_size must be in"):
+        gym.make("envs.webshop:agentq/WebShop-v0", dev_size=-1)
+
+
+@pytest.mark.parametrize("key", ["eval.split", "collect.split"])
+def test_a_sweep_cannot_read_test_goals(make_cfg, key):
+    """A tuning run (every hparams_search preset sets tuning=true) is refused before any
+    model loads when it would evaluate on, or collect from, the test split."""
+    from agentq.components import build
+
+    with pytest.raises(ValueError, match=f"tuning=true .* with {key}=test"):
+        build(make_cfg("+experiment=smoke", "tuning=true", "eval.split=dev", f"{key}=test"))
+    parts = build(make_cfg("+experiment=smoke", "tuning=true", "eval.split=dev"))
+    train, held_out = parts.task_ids()
+    assert not set(held_out) & set(parts.env.unwrapped.task_ids("test"))
+    parts.close()

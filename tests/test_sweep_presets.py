@@ -23,6 +23,10 @@ PRESETS = {
     "beta_threshold": {"objective.beta": [0.1, 0.3, 1.0], "pairs.threshold": [0.05, 0.1, 0.3]},
     "num_actions": {"search.num_actions": [2, 3, 4]},
     "mcts": {"search.alpha": [0.25, 0.5, 0.75], "search.c_exp": [0.5, 1.0, 2.0]},
+    "agentq_dev": {
+        "objective.beta": [0.1, 0.5], "pairs.threshold": [0.05, 0.2], "search.num_actions": [2, 3],
+        "search.alpha": [0.25, 0.75], "trainer.optimizer.lr": [1e-4, 5e-4],
+    },
 }
 
 
@@ -50,6 +54,7 @@ def test_every_preset_is_tested():
 def test_preset_composes_to_a_multirun_grid(preset, tmp_path):
     cfg = compose_hydra(f"+hparams_search={preset}", "+experiment=smoke")
     assert cfg.hydra.mode == RunMode.MULTIRUN
+    assert cfg.tuning is True and cfg.eval.split == "dev"  # a sweep chooses on dev (validation refuses test)
     params = OmegaConf.to_container(cfg.hydra.sweeper.params)
     expected = PRESETS[preset]
     assert {k: [float(x) for x in v.split(",")] for k, v in params.items()} == expected
@@ -58,7 +63,7 @@ def test_preset_composes_to_a_multirun_grid(preset, tmp_path):
     for (
         job
     ) in jobs:  # each grid point is a valid run config (keys exist, values pass build's checks)
-        job_cfg = compose_hydra("+experiment=smoke", f"paths.run_dir={tmp_path}", *job)
+        job_cfg = compose_hydra("+experiment=smoke", f"paths.run_dir={tmp_path}", "tuning=true", "eval.split=dev", *job)
         for override in job:
             key, value = override.split("=")
             assert OmegaConf.select(job_cfg, key) == pytest.approx(float(value))

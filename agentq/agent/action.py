@@ -29,14 +29,16 @@ STATUSES = ("CONTINUE", "SUCCESS", "FAILURE", "ASK_USER")
 
 # A field header at the start of a line: optional markdown decoration ("**", "#",
 # "-"), the field name, optional decoration, then ":" or "-" or just a space.
-_LEAD, _TRAIL = r"[ \t>*#_\-]*", r"[*_ \t]*"
+LEAD_CHARS, TRAIL_CHARS = r" \t>*#_\-", r"*_ \t"  # regex class bodies (constrained.py writes regexes from them too)
+COMMAND_NAMES = ("COMMAND", "ACTION")  # the headers the parser reads as the COMMAND field
+_LEAD, _TRAIL = f"[{LEAD_CHARS}]*", f"[{TRAIL_CHARS}]*"
 _HEADER = re.compile(
     rf"^{_LEAD}(?P<name>PLAN|THOUGHTS?|COMMAND|ACTION|EXPLANATION|STATUS){_TRAIL}(?::|-|\s){_TRAIL}",
     re.IGNORECASE | re.MULTILINE,
 )
 # A line that is, so far, exactly a COMMAND header followed by ":" or "-" (for
 # decoders that must know where the command starts: agentq.agent.constrained).
-COMMAND_HEADER_LINE = re.compile(rf"^{_LEAD}(?:COMMAND|ACTION){_TRAIL}[:\-]{_TRAIL}$", re.IGNORECASE)
+COMMAND_HEADER_LINE = re.compile(rf"^{_LEAD}(?:{'|'.join(COMMAND_NAMES)}){_TRAIL}[:\-]{_TRAIL}$", re.IGNORECASE)
 _ALIASES = {"THOUGHTS": "THOUGHT", "ACTION": "COMMAND"}
 _FENCE = re.compile(r"^```[a-zA-Z]*\s*$|^```\s*|\s*```$", re.MULTILINE)
 _QUOTES = "`'\"“”"

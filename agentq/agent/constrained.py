@@ -19,6 +19,16 @@ what the model itself assigns to the text.
 
 The state machine runs on token ids with a precomputed token-text table, so a
 decode step costs a few dictionary lookups per sequence.
+
+Engines without a per-step logits hook (OpenVINO GenAI) take the same rule as a
+regular expression over the completion's text (:meth:`CommandConstraint.regex`,
+enforced by the engine's grammar sampler): free lines that are not a COMMAND
+header, the header, one valid action, then a free tail. The budget rules that a
+regex cannot count (forcing ``COMMAND:`` when the budget runs short, the tail
+cap) are applied afterwards on the emitted tokens (:meth:`CommandConstraint.settle`).
+A regex constrains strings, not token ids, so the engine may spell an action in
+other tokens than the tokenizer's own (e.g. ``" "`` then ``"search"`` where the
+trie allows only ``" search"``): same action set, not the same distribution.
 """
 
 from __future__ import annotations
@@ -29,7 +39,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from agentq.agent.action import COMMAND_HEADER_LINE
+from agentq.agent.action import COMMAND_HEADER_LINE, COMMAND_NAMES, LEAD_CHARS, TRAIL_CHARS
 from agentq.agent.grounding import TEMPLATE
 
 TRIGGER = "COMMAND:"  # what is forced when a sample runs short of budget
@@ -128,6 +138,9 @@ class CommandConstraint:
             reserve += _MAX_ARGUMENT_TOKENS + len(self.close)
         self.force_at = max_new_tokens - len(self.force_trigger) - reserve
         self.max_tail_tokens = max_tail_tokens
+        self.valid_actions = tuple(valid_actions)
+        # The forced continuation's budget on an engine that may spell it one character a token.
+        self.forced_chars = len("\n" + TRIGGER + " \n") + max(map(_most_chars, valid_actions))
         self.states: list[_State] = []
 
     def begin(self, k: int) -> None:
@@ -194,10 +207,87 @@ class CommandConstraint:
             elif state.argument_tokens >= _MAX_ARGUMENT_TOKENS:
                 state.phase, state.forced = "close", list(self.close)
 
+    def regex(self, *, forced: bool = False) -> str:
+        """The rule as a regex over the completion's text, for grammar-constrained engines.
+
+        ``forced``: the continuation after a sample was cut at ``force_at``: the
+        trigger and one action, as the token path forces them. It ends with the
+        command line (the token path has only its reserve left for a tail there), so
+        its budget is ``forced_chars``, not the tokens left."""
+        action = "(" + "|".join(_action_regex(a) for a in self.valid_actions) + ")"
+        if forced:
+            return _literal("\n" + TRIGGER) + f" {action}\\n"
+        return f"(({_FREE_LINE})\\n)*{_HEADER_REGEX} {action}\\n(.|\\n)*"
+
+    def settle(self, token_ids: Sequence[int], *, forced: bool = False) -> tuple[int, bool]:
+        """How many of a grammar-constrained completion's tokens the token path keeps.
+
+        Returns ``(keep, force)``: with ``force`` the sample had not written its
+        COMMAND header before ``force_at`` and continues, from its first ``keep``
+        tokens, with ``regex(forced=True)``; otherwise ``keep`` cuts the tail at
+        ``max_tail_tokens`` (or keeps everything)."""
+        line, header, end = "", None, None
+        for i, token in enumerate(token_ids):
+            for char in self.table.text[token]:
+                if header is None:
+                    line = "" if char == "\n" else line + char
+                    if COMMAND_HEADER_LINE.match(line):
+                        header = i
+                elif char == "\n" and end is None:
+                    end = i
+            if end is not None:
+                break
+        if not forced and 0 <= self.force_at <= (len(token_ids) if header is None else header):
+            return self.force_at, True
+        if end is None or self.max_tail_tokens is None:
+            return len(token_ids), False
+        return min(len(token_ids), end + 1 + self.max_tail_tokens), False
+
     def _only(self, allowed: list[int]) -> Tensor:
         mask = torch.full((self.table.size,), float("-inf"))
         mask[allowed] = 0.0
         return mask
+
+
+_REGEX_SPECIAL = set("\\.^$*+?()[]{}|")
+
+
+def _literal(text: str) -> str:
+    return "".join("\\" + c if c in _REGEX_SPECIAL else ("\\n" if c == "\n" else c) for c in text)
+
+
+def _either_case(word: str) -> str:
+    return "".join(f"[{c.lower()}{c.upper()}]" for c in word)
+
+
+def _most_chars(action: str) -> int:
+    return len(action) - len(TEMPLATE) + 2 + 10 * _MAX_ARGUMENT_TOKENS if action.endswith(TEMPLATE) else len(action)
+
+
+def _action_regex(action: str) -> str:
+    if action.endswith(TEMPLATE):  # the argument: one line, no "]", _MAX_ARGUMENT_TOKENS tokens of <= 10 characters
+        return _literal(action[: -len(TEMPLATE)] + "[") + rf"[^\]\n]{{0,{10 * _MAX_ARGUMENT_TOKENS}}}\]"
+    return _literal(action)
+
+
+def _not_header_line() -> str:
+    """A line none of whose prefixes is a COMMAND header (``action.COMMAND_HEADER_LINE``):
+    after the lead, a line that leaves every header's spelling before its ":" or "-"."""
+    firsts = "".join(name[0].lower() + name[0] for name in COMMAND_NAMES)
+    branches = [f"[^{LEAD_CHARS}{firsts}\\n][^\\n]*"]
+    for name in COMMAND_NAMES:
+        # The name's first i letters, then the line ends or leaves the name.
+        tree = f"[{TRAIL_CHARS}]*([^{TRAIL_CHARS}:\\-\\n][^\\n]*)?"
+        for i in range(len(name) - 1, -1, -1):
+            if i < len(name) - 1:
+                tree = f"({tree}|[^{_either_case(name[i + 1])[1:-1]}\\n][^\\n]*)?"
+            tree = _either_case(name[i]) + tree
+        branches.append(tree)
+    return f"[{LEAD_CHARS}]*(" + "|".join(branches) + ")?"
+
+
+_FREE_LINE = _not_header_line()
+_HEADER_REGEX = f"[{LEAD_CHARS}]*({'|'.join(map(_either_case, COMMAND_NAMES))})[{TRAIL_CHARS}]*[:\\-]"
 
 
 def _depth(node: _Trie) -> int:

@@ -25,10 +25,14 @@ class StepPairBuilder:
     threshold: theta, the minimum value gap |Q(h, a_i) - Q(h, a_j)|.
     min_visits: skip children visited fewer times (0 keeps critic-only children,
         whose Q_mcts is still 0).
+    outcome_only: keep only pairs whose backed-up values Q_mcts differ, dropping
+        those only the critic's scores separate (the ablation of
+        :mod:`agentq.data.diagnostics`' "critic-only" pairs).
     """
 
     threshold: float = 0.1
     min_visits: int = 0
+    outcome_only: bool = False
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.threshold <= 1.0:
@@ -48,6 +52,8 @@ class StepPairBuilder:
             for a, b in combinations(children, 2):
                 qa, qb = a.blended_q(tree.alpha), b.blended_q(tree.alpha)
                 if abs(qa - qb) < self.threshold or qa == qb:
+                    continue
+                if self.outcome_only and a.q_mcts == b.q_mcts:
                     continue
                 (w, qw), (lo, ql) = ((a, qa), (b, qb)) if qa > qb else ((b, qb), (a, qa))
                 if w.kept is not None and not (w.kept and lo.kept is False):

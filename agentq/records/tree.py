@@ -157,6 +157,7 @@ class SearchStats:
         simulations: MCTS simulations run.
         policy_calls: calls of the policy (one per expansion or rollout step,
             however many candidates it sampled).
+        policy_tokens: tokens the policy generated in those calls (every candidate's).
         critic_calls: calls of the critic (an MCTS ranking, a ToT evaluation).
         judge_calls: calls of the judge valuing a state without the env's reward
             (committed episodes).
@@ -172,11 +173,12 @@ class SearchStats:
 
     # Averaged per task in an evaluation's metrics (``avg_<name>``), when any task spent them.
     PER_TASK: ClassVar[tuple[str, ...]] = (
-        "policy_calls", "critic_calls", "judge_calls", "env_steps", "prefix_steps"
+        "policy_calls", "policy_tokens", "critic_calls", "judge_calls", "env_steps", "prefix_steps"
     )  # fmt: skip
 
     simulations: int = 0
     policy_calls: int = 0
+    policy_tokens: int = 0
     critic_calls: int = 0
     judge_calls: int = 0
     env_steps: int = 0

@@ -134,7 +134,8 @@ def iterations_table(study: Study) -> Table:
     columns = ["run", "iteration"]
     for mode in PLOTTED:
         columns += [f"{TITLES[mode]} success", f"{TITLES[mode]} reward"]
-    columns += ["pairs", "train loss", "train accuracy", *(f"{p} s" for p in timed)]
+    columns += ["pairs", "outcome-backed pairs", "critic tau", "critic top-1", "train loss", "train accuracy"]
+    columns += [f"{p} s" for p in timed]
     rows = []
     for run in study.runs:
         for it in run.iterations:
@@ -145,7 +146,10 @@ def iterations_table(study: Study) -> Table:
                     fmt(eval_metric(it, mode, "avg_reward")),
                 ]
             train = it.get("train") or {}
-            row += [fmt(num_pairs(it)), fmt(train.get("loss")), fmt(train_accuracy(train))]
+            search = it.get("search") or {}  # agentq.data.diagnostics, from the iteration's trees
+            critic, sources = search.get("critic") or {}, search.get("pairs") or {}
+            row += [fmt(num_pairs(it)), fmt(sources.get("outcome")), fmt(critic.get("kendall_tau")), fmt(critic.get("top1"))]
+            row += [fmt(train.get("loss")), fmt(train_accuracy(train))]
             row += [fmt((it.get("seconds") or {}).get(p), 1) for p in timed]
             rows.append(row)
     return Table(columns, rows)

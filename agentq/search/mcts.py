@@ -221,6 +221,7 @@ class _Simulation:
             generator=self.generator,
         )
         self.stats.policy_calls += len(steps)
+        self.stats.policy_tokens += sum(len(s.action_ids) for s in steps)
         self.stats.env_steps += len(steps)
         self.position.lost()
         return steps, outcome

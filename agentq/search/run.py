@@ -62,6 +62,7 @@ class SearchRun:
         rendered history (one call renders one prompt, shared by its candidates)."""
         candidates = policy.propose(node.history, k, generator=generator)
         self.stats.policy_calls += 1
+        self.stats.policy_tokens += sum(len(c.action_ids) for c in candidates)
         node.prompt = node.prompt or candidates[0].prompt
         return candidates
 

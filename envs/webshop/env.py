@@ -138,6 +138,10 @@ class WebShopEnv(gym.Env[str, str]):
       are loaded instead of the synthetic catalogue.
     * ``seed``: the catalogue's seed (products, goals, prices), not the
       episode's; episodes are seeded through ``reset(seed=...)``.
+    * ``dev_size``: the synthetic catalogue's first ``dev_size`` training goals
+      become the ``"dev"`` split (for tuning) and leave ``"train"``; 0 (the
+      default): no dev split. The official files bring WebShop's own dev split
+      (goals 500-1499), so it must stay 0 with them.
 
     ``reset(options={"task_id": goal_id})`` plays that goal; without it a train
     goal is drawn with ``self.np_random``.
@@ -152,23 +156,35 @@ class WebShopEnv(gym.Env[str, str]):
         catalogue: str | Catalogue = "synthetic",
         data_dir: str | None = None,
         seed: int = 0,
+        dev_size: int = 0,
     ) -> None:
         if max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {max_steps}")
         self.max_steps = max_steps
         self.engine = get_engine(catalogue, data_dir, seed)
+        train = self.engine.catalogue.train_goals
+        if not 0 <= dev_size < len(train) or (dev_size and self.engine.catalogue.dev_goals):
+            raise ValueError(
+                f"dev_size must be in [0, {len(train)}) training goals, and 0 with a catalogue that has "
+                f"its own dev split ({len(self.engine.catalogue.dev_goals)} goals here); got {dev_size}"
+            )
+        self._splits = {
+            "train": list(train[dev_size:]),
+            "dev": list(self.engine.catalogue.dev_goals or train[:dev_size]),
+            "test": list(self.engine.catalogue.test_goals),
+        }
         self.observation_space = spaces.Text(max_length=OBSERVATION_MAX_LENGTH, charset=_CHARSET)
         self.action_space = spaces.Text(max_length=ACTION_MAX_LENGTH, charset=_CHARSET)
         first = self.engine.catalogue.goals[0].goal_id
         self._state = WebShopState(first, self.engine.new_session(first), 0, False)
 
     def task_ids(self, split: str) -> list[int]:
-        """Goal ids of ``"train"`` or ``"test"``."""
-        if split == "train":
-            return list(self.engine.catalogue.train_goals)
-        if split == "test":
-            return list(self.engine.catalogue.test_goals)
-        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+        """Goal ids of ``"train"``, ``"dev"`` (see ``dev_size``) or ``"test"``."""
+        if split not in self._splits:
+            raise ValueError(f"split must be 'train', 'dev' or 'test', got {split!r}")
+        if split == "dev" and not self._splits[split]:
+            raise ValueError("this catalogue has no dev goals: set env.make.dev_size > 0 (the synthetic catalogue)")
+        return list(self._splits[split])
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None

@@ -156,6 +156,7 @@ def load_official(
     random.Random(SHUFFLE_SEED).shuffle(goals)
     goals = [_with_id(g, i) for i, g in enumerate(goals)]
     test = tuple(g.goal_id for g in goals if official_split(g.goal_id) == "test")
+    dev = tuple(g.goal_id for g in goals if official_split(g.goal_id) == "dev")
     train = tuple(g.goal_id for g in goals if official_split(g.goal_id) == "train")
     if not train:
         warnings.warn(
@@ -164,7 +165,7 @@ def load_official(
             stacklevel=2,
         )
     return Catalogue(
-        tuple(products), tuple(goals), train_goals=train, test_goals=test, source="official"
+        tuple(products), tuple(goals), train_goals=train, test_goals=test, dev_goals=dev, source="official"
     )
 
 

@@ -49,4 +49,5 @@ class Catalogue:
     goals: tuple[Goal, ...]
     train_goals: tuple[int, ...]  # goal_ids
     test_goals: tuple[int, ...]
+    dev_goals: tuple[int, ...] = ()  # WebShop's tuning split (official files); none in the synthetic catalogue
     source: str = "synthetic"  # "synthetic" or "official"

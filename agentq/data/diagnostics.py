@@ -1,0 +1,97 @@
+"""What an iteration's search trees say about the critic and about the pairs trained on.
+
+Agent Q blends the critic's score into every value (Eq. 10) and pairs siblings
+by that value (Eq. 11), so two questions decide whether its data can help:
+
+- **Does the critic agree with the search?** At every node with at least two
+  children visited ``min_visits`` times or more, compare the critic's scores
+  Q̂(h, a) of those siblings with their backed-up values Q_mcts(h, a): Kendall's
+  tau-b over the siblings, and top-1 (the critic's first choice is among the
+  children with the highest Q_mcts). No paper reports this; a tau near 0 means
+  Eq. 10's critic term is noise added to the tree's own estimate.
+- **Where do the pairs come from?** A pair is *outcome-backed* when its two
+  actions' backed-up values differ (their rollouts reached different results),
+  *critic-only* when those are equal and only the critic's scores separate the
+  two (e.g. siblings never rolled out, or both failed alike).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from itertools import combinations
+from statistics import fmean
+from typing import Any
+
+from agentq.records.examples import StepPair
+from agentq.records.tree import SearchResult, Tree
+
+
+def kendall_tau_b(x: Sequence[float], y: Sequence[float]) -> float | None:
+    """Kendall's tau-b of two rankings with ties; None when either is all ties."""
+    concordant = discordant = ties_x = ties_y = 0
+    for i, j in combinations(range(len(x)), 2):
+        dx, dy = x[i] - x[j], y[i] - y[j]
+        if dx == 0 and dy == 0:
+            continue
+        if dx == 0:
+            ties_x += 1
+        elif dy == 0:
+            ties_y += 1
+        elif (dx > 0) == (dy > 0):
+            concordant += 1
+        else:
+            discordant += 1
+    denominator = ((concordant + discordant + ties_x) * (concordant + discordant + ties_y)) ** 0.5
+    return None if denominator == 0 else (concordant - discordant) / denominator
+
+
+def critic_agreement(trees: Iterable[Tree], min_visits: int = 2) -> dict[str, Any]:
+    """Critic vs backed-up Q over the siblings visited ``min_visits`` times or more.
+
+    Returns ``nodes`` (nodes compared), ``kendall_tau`` (mean over the nodes where
+    it is defined, ``tau_nodes`` of them) and ``top1`` (share of nodes), None
+    where no node qualifies."""
+    taus, top1 = [], []
+    for tree in trees:
+        for node in tree.nodes:
+            siblings = [c for c in tree.children(node) if c.visits >= min_visits]
+            if len(siblings) < 2:
+                continue
+            critic, backed = [c.critic_score for c in siblings], [c.q_mcts for c in siblings]
+            tau = kendall_tau_b(critic, backed)
+            if tau is not None:
+                taus.append(tau)
+            best = max(backed)
+            top1.append(backed[critic.index(max(critic))] == best)
+    return {
+        "nodes": len(top1),
+        "kendall_tau": fmean(taus) if taus else None,
+        "tau_nodes": len(taus),
+        "top1": fmean(top1) if top1 else None,
+    }
+
+
+def pair_sources(results: Iterable[SearchResult], pairs: Iterable[Any]) -> dict[str, int]:
+    """How many step pairs are outcome-backed and how many critic-only (other examples ignored)."""
+    backed: dict[tuple[str, int, str], float] = {}
+    for result in results:
+        tree = result.tree
+        for node in tree.nodes:
+            for child in tree.children(node):
+                backed[(str(tree.task_id), node.id, child.action)] = child.q_mcts
+    counts = {"outcome": 0, "critic_only": 0, "unmatched": 0}
+    for pair in pairs:
+        if not isinstance(pair, StepPair):
+            continue
+        key = str(pair.task_id), pair.node_id
+        chosen, rejected = backed.get((*key, pair.chosen)), backed.get((*key, pair.rejected))
+        if chosen is None or rejected is None:
+            counts["unmatched"] += 1  # a pair from another tree layout (e.g. a replayed adapter's)
+        else:
+            counts["outcome" if chosen != rejected else "critic_only"] += 1
+    return counts
+
+
+def search_diagnostics(results: Sequence[SearchResult], examples: Sequence[Any]) -> dict[str, Any]:
+    """An iteration's critic agreement and pair sources (``summary.json``, W&B)."""
+    return {"critic": critic_agreement(r.tree for r in results), "pairs": pair_sources(results, examples)}

@@ -1,0 +1,83 @@
+"""The per-iteration diagnostics of issue 17 on hand-built trees: the critic's agreement
+with the tree's backed-up values, where the pairs came from, and cost per success."""
+
+import pytest
+
+from agentq.data.diagnostics import critic_agreement, kendall_tau_b, pair_sources
+from agentq.data.pairs import StepPairBuilder
+from agentq.evaluate import aggregate
+from agentq.records.history import History
+from agentq.records.tree import Node, SearchResult, SearchStats, Tree
+
+
+def test_kendall_tau_b_against_hand_counts():
+    assert kendall_tau_b([1, 2, 3], [10, 20, 30]) == 1.0
+    assert kendall_tau_b([1, 2, 3], [3, 2, 1]) == -1.0
+    assert kendall_tau_b([1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx(4 / 6)  # 5 concordant, 1 discordant
+    # One tie in x: C=2, D=0, ties_x=1 -> 2 / sqrt(3 * 2).
+    assert kendall_tau_b([1, 1, 2], [1, 2, 3]) == pytest.approx(2 / 6**0.5)
+    assert kendall_tau_b([1, 1, 1], [1, 2, 3]) is None
+
+
+def node(parent, action="", critic=0.0, visits=0, q=0.0):
+    return Node(id=0, parent=parent, depth=0 if parent is None else 1, history=History("s"), action=action,
+                command=action.lower(), critic_score=critic, visits=visits, q_mcts=q, prompt=[{"role": "user", "content": "s"}])
+
+
+def tree() -> Tree:
+    """Root: A (critic 1.0, Q 0.2), B (critic 0.5, Q 0.9), C (critic 0.0, Q 0.2), D never visited.
+    Under A: E (critic 1.0, Q 1.0), F (critic 0.0, Q 0.0), both visited twice."""
+    t = Tree(task_id=7, alpha=0.5)
+    t.add(node(None, visits=9))
+    t.add(node(0, "A", 1.0, 3, 0.2))
+    t.add(node(0, "B", 0.5, 3, 0.9))
+    t.add(node(0, "C", 0.0, 2, 0.2))
+    t.add(node(0, "D", 0.25, 0, 0.0))
+    t.add(node(1, "E", 1.0, 2, 1.0))
+    t.add(node(1, "F", 0.0, 2, 0.0))
+    return t
+
+
+def test_critic_agreement_over_siblings_visited_twice():
+    agreement = critic_agreement([tree()], min_visits=2)
+    # Root (A, B, C): critic (1, .5, 0) vs Q (.2, .9, .2): C=1 (B>C), D=1 (A>B), tie in Q (A, C) -> 0.
+    # Under A (E, F): perfect, tau 1. Top-1: root picks A (Q .2, best .9): no; E: yes.
+    assert agreement == {"nodes": 2, "kendall_tau": pytest.approx(0.5), "tau_nodes": 2, "top1": 0.5}
+    assert critic_agreement([tree()], min_visits=3) == {"nodes": 1, "kendall_tau": pytest.approx(-1.0), "tau_nodes": 1, "top1": 0.0}
+    assert critic_agreement([], min_visits=2)["kendall_tau"] is None
+
+
+def test_pairs_split_into_outcome_backed_and_critic_only():
+    t = tree()
+    pairs = StepPairBuilder(threshold=0.1)(t)
+    sources = pair_sources([SearchResult(t, [], None)], pairs)
+    # Every pair a counted test can check by hand: equal Q_mcts -> the critic alone separated them.
+    expected_critic_only = sum(
+        1 for p in pairs
+        if next(c for c in t.children(t.nodes[p.node_id]) if c.action == p.chosen).q_mcts
+        == next(c for c in t.children(t.nodes[p.node_id]) if c.action == p.rejected).q_mcts
+    )  # fmt: skip
+    assert sources == {"outcome": len(pairs) - expected_critic_only, "critic_only": expected_critic_only, "unmatched": 0}
+    assert sources["critic_only"] >= 1 and sources["outcome"] >= 1  # A vs C (both Q .2), A vs B
+    assert pair_sources([], pairs)["unmatched"] == len(pairs)
+
+
+def test_cost_per_success_divides_all_tasks_spending_by_the_solved_ones():
+    def record(success, tokens, steps):
+        trajectory = {"success": success, "score": float(success), "steps": [{"grounding": None}] * steps}
+        return {"trajectory": trajectory, "stats": SearchStats(policy_calls=steps, policy_tokens=tokens, critic_calls=1).to_dict()}
+
+    metrics = aggregate([record(True, 100, 3), record(False, 500, 15), record(True, 60, 2)])
+    assert metrics["policy_tokens_per_success"] == 330.0
+    assert metrics["steps_per_success"] == 10.0
+    assert metrics["model_calls_per_success"] == (20 + 3) / 2
+    assert "policy_tokens_per_success" not in aggregate([record(False, 10, 1)])  # no success: no cost to report
+
+
+def test_outcome_only_pairs_are_the_outcome_backed_ones():
+    t = tree()
+    every = StepPairBuilder(threshold=0.1)(t)
+    backed = StepPairBuilder(threshold=0.1, outcome_only=True)(t)
+    sources = pair_sources([SearchResult(t, [], None)], every)
+    assert len(backed) == sources["outcome"] < len(every)
+    assert pair_sources([SearchResult(t, [], None)], backed)["critic_only"] == 0
