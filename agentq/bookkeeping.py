@@ -24,7 +24,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from agentq import oracle
 from agentq.data.buffer import ReplayBuffer
-from agentq.data.diagnostics import search_diagnostics
 from agentq.layout import RunLayout, read_json, write_json
 from agentq.modes import MODES
 
@@ -109,10 +108,8 @@ def write_summary(
                 entry["eval"][mode] = read_json(path)
         if iteration > 0:
             entry["num_examples"] = buffer.num_examples(iteration)
-            searches = buffer.searches(iteration)
-            if searches:
-                examples = buffer.examples(iteration) if buffer.has_examples(iteration) else []
-                entry["search"] = search_diagnostics(searches, examples)
+            if layout.search_diagnostics(iteration).exists():
+                entry["search"] = read_json(layout.search_diagnostics(iteration))
             train = layout.train_metrics(iteration)
             entry["train"] = read_json(train) if train.exists() else None
         if layout.seconds(iteration).exists():

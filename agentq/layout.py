@@ -9,6 +9,7 @@
     refused.txt                       a multirun job whose config combination cannot run
     iter_001/collect/task_<id>.json   search result per task: tree + trajectories
     iter_001/examples.jsonl           training examples built from them, one per line
+    iter_001/search.json              what the trees say of the critic and the pairs (agentq.data.diagnostics)
     iter_001/train.json               training metrics (written when training finished)
     iter_001/train_steps.json         per-step metrics from rank 0 (agentq.training.fit)
     iter_001/seconds.json             wall time of each phase
@@ -77,6 +78,9 @@ class RunLayout:
 
     def examples(self, iteration: int) -> Path:
         return self.iteration(iteration) / "examples.jsonl"
+
+    def search_diagnostics(self, iteration: int) -> Path:
+        return self.iteration(iteration) / "search.json"
 
     def train_metrics(self, iteration: int) -> Path:
         return self.iteration(iteration) / "train.json"

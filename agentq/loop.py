@@ -28,6 +28,7 @@ from agentq import oracle, tracking
 from agentq.bookkeeping import RunBook, locate
 from agentq.components import Components, Weights, build
 from agentq.console import phase
+from agentq.data.diagnostics import search_diagnostics
 from agentq.eval_modes import evaluate_iteration
 from agentq.lanes import Lane, lanes
 from agentq.layout import write_json
@@ -96,9 +97,11 @@ def improve(parts: Components, book: RunBook, weights: Weights, iteration: int, 
     model.eval()
     with book.phase(iteration, "collect"):
         tasks = collect(parts, book, weights, policy, iteration, train_ids)
+        searches = buffer.searches(iteration)
         if not buffer.has_examples(iteration):
-            buffer.write_examples(iteration, build_examples(parts, buffer.searches(iteration), policy, iteration))
+            buffer.write_examples(iteration, build_examples(parts, searches, policy, iteration))
     examples = buffer.examples(iteration)
+    write_json(layout.search_diagnostics(iteration), search_diagnostics(searches, examples))  # summary, W&B, report
     log.info("iteration %d: %d training examples from %d tasks", iteration, len(examples), len(tasks))
     if not examples:
         write_json(layout.train_metrics(iteration), {"loss": None, "skipped": "no training examples"})

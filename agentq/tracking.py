@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from agentq.data.buffer import ReplayBuffer
-from agentq.data.diagnostics import search_diagnostics
+from agentq.layout import read_json
 from agentq.records.tree import SearchResult
 
 TREE_COLUMNS = ["task", "node", "parent", "depth", "command", "q", "q_mcts", "visits", "critic_score"]
@@ -54,8 +54,8 @@ def log_iteration(loggers: Sequence[Any], buffer: ReplayBuffer, iteration: int) 
 
     results = buffer.searches(iteration)
     largest = max(results, key=lambda r: len(r.tree.nodes), default=None)
-    examples = buffer.examples(iteration) if buffer.has_examples(iteration) else []
-    diagnostics = search_diagnostics(results, examples)
+    path = buffer.layout.search_diagnostics(iteration)
+    diagnostics = read_json(path) if path.exists() else {"critic": {}, "pairs": {}}
     for run in runs:
         rows = tree_rows(results)
         if rows:

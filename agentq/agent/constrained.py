@@ -44,6 +44,7 @@ from agentq.agent.grounding import TEMPLATE
 
 TRIGGER = "COMMAND:"  # what is forced when a sample runs short of budget
 _MAX_ARGUMENT_TOKENS = 12  # a search query longer than this (~10 words) is closed with "]"
+_MAX_ARGUMENT_CHARS = 10 * _MAX_ARGUMENT_TOKENS  # the regex's bound: tokens of <= 10 characters
 
 
 class TokenTable:
@@ -261,12 +262,12 @@ def _either_case(word: str) -> str:
 
 
 def _most_chars(action: str) -> int:
-    return len(action) - len(TEMPLATE) + 2 + 10 * _MAX_ARGUMENT_TOKENS if action.endswith(TEMPLATE) else len(action)
+    return len(action) - len(TEMPLATE) + 2 + _MAX_ARGUMENT_CHARS if action.endswith(TEMPLATE) else len(action)
 
 
 def _action_regex(action: str) -> str:
-    if action.endswith(TEMPLATE):  # the argument: one line, no "]", _MAX_ARGUMENT_TOKENS tokens of <= 10 characters
-        return _literal(action[: -len(TEMPLATE)] + "[") + rf"[^\]\n]{{0,{10 * _MAX_ARGUMENT_TOKENS}}}\]"
+    if action.endswith(TEMPLATE):  # the argument: one line, no "]"
+        return _literal(action[: -len(TEMPLATE)] + "[") + rf"[^\]\n]{{0,{_MAX_ARGUMENT_CHARS}}}\]"
     return _literal(action)
 
 

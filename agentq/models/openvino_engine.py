@@ -113,7 +113,7 @@ class OpenVINOEngine:
         template: str | Path | None,
         cache_dir: str | Path,
         cache_gb: float = 2.0,
-        prefix_caching: bool = True,
+        prefix_caching: bool = False,
         threads: int | None = None,
     ) -> None:
         self._og = require_openvino()
