@@ -36,6 +36,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from agentq.console import StdoutHandler, quiet_libraries
+from agentq.evaluate import aggregate
 from agentq.intervals import wilson_interval
 from agentq.layout import TASK_GLOB, RunLayout
 from agentq.modes import COMMITTED, HOW_PICKED, RECOVERY, VERIFIER, ZERO_SHOT
@@ -147,14 +148,33 @@ def bootstrap_interval(values, resamples: int = 10_000, seed: int = 0) -> tuple[
     return (float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5)))
 
 
+def iteration_index(run_dir: Path, iteration: str) -> int:
+    """0 for the base policy, else the run's last iteration (its config's ``iterations``)."""
+    return 0 if iteration == "base" else int(OmegaConf.load(RunLayout(run_dir).config).iterations)
+
+
 def read_episodes(run_dir: Path, iteration: str, mode: str) -> list[dict] | None:
     """The evaluation episodes of a run's base or last iteration, or None if not evaluated."""
     layout = RunLayout(run_dir)
     if not layout.config.exists():
         return None
-    index = 0 if iteration == "base" else int(OmegaConf.load(layout.config).iterations)
-    files = sorted(layout.episodes(index, mode, legacy=True).glob(TASK_GLOB))
+    files = sorted(layout.episodes(iteration_index(run_dir, iteration), mode, legacy=True).glob(TASK_GLOB))
     return [json.loads(p.read_text()) for p in files] or None
+
+
+def cost_per_success(run_dir: Path, iteration: str, mode: str, episodes: list[dict]) -> dict[str, float | None]:
+    """What the row spent on all its tasks over the ones it solved: policy tokens, env
+    steps (the episodes' own) and wall seconds (the mode's evaluation phase); None
+    when nothing was solved or the run did not record it."""
+    metrics = aggregate(episodes)
+    solved = sum(bool(e["trajectory"]["success"]) for e in episodes)
+    seconds_file = RunLayout(run_dir).seconds(iteration_index(run_dir, iteration))
+    seconds = json.loads(seconds_file.read_text()).get(f"eval_{mode}") if seconds_file.exists() else None
+    return {
+        "tokens_per_success": metrics.get("policy_tokens_per_success"),
+        "steps_per_success": metrics.get("steps_per_success"),
+        "seconds_per_success": seconds / solved if seconds is not None and solved else None,
+    }
 
 
 def trained_on(run_dir: Path, iteration: str) -> int | str:
@@ -193,6 +213,7 @@ def table_rows(out: Path, methods=METHODS) -> list[dict]:
                 "reward_ci": (r_lo, r_hi),
                 "model_calls": sum(calls) / len(calls),
             }
+            | cost_per_success(run_dir, row.iteration, row.mode, episodes)
         )
     rows.append(oracle_table_row(out / "runs" / METHODS[0].name))
     return rows
@@ -227,28 +248,62 @@ def oracle_table_row(run_dir: Path) -> dict:
     }
 
 
+COSTS = ("tokens_per_success", "steps_per_success", "seconds_per_success")
+
+
+def _costs(row: dict) -> str:
+    """``tokens / steps / seconds`` per success, a dash for what is unknown."""
+    return " / ".join(NOT_EVALUATED if row.get(k) is None else f"{row[k]:.0f}" for k in COSTS)
+
+
 def to_markdown(rows: list[dict]) -> str:
     lines = [
-        "| method | success % [95% CI] | avg reward [95% CI] | tasks | model calls / task | trained on | source |",
-        "|---|---|---|---|---|---|---|",
+        "| method | success % [95% CI] | avg reward [95% CI] | tasks | model calls / task "
+        "| per success: policy tokens / env steps / wall s | trained on | source |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         if not r["tasks"]:
             dash = NOT_EVALUATED
-            lines.append(f"| {r['method']} | {dash} | {dash} | 0 | {dash} | {r['examples']} | {r['source']} |")
+            lines.append(f"| {r['method']} | {dash} | {dash} | 0 | {dash} | {dash} | {r['examples']} | {r['source']} |")
             continue
         lines.append(
             f"| {r['method']} | {r['success_pct']:.1f} [{r['success_ci'][0]:.1f}, {r['success_ci'][1]:.1f}] "
             f"| {r['avg_reward']:.3f} [{r['reward_ci'][0]:.3f}, {r['reward_ci'][1]:.3f}] "
-            f"| {r['tasks']} | {r['model_calls']:.1f} | {r['examples']} | {r['source']} |"
+            f"| {r['tasks']} | {r['model_calls']:.1f} | {_costs(r)} | {r['examples']} | {r['source']} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def diagnostics_markdown(run_dir: Path) -> str:
+    """Per iteration of the agentq run: where its training data came from and how well the
+    critic agreed with the tree (``iter_*/search.json``, agentq.data.diagnostics); empty
+    when the run has no summary yet."""
+    summary = RunLayout(run_dir).summary
+    if not summary.exists():
+        return ""
+    lines = [
+        "| iteration | examples | outcome-backed pairs | critic-only pairs | critic tau (nodes) | critic top-1 |",
+        "|---|---|---|---|---|---|",
+    ]
+    for it in json.loads(summary.read_text())["iterations"]:
+        search = it.get("search")
+        if search is None:
+            continue
+        pairs, critic = search["pairs"], search["critic"]
+        tau = NOT_EVALUATED if critic["kendall_tau"] is None else f"{critic['kendall_tau']:.2f} ({critic['tau_nodes']})"
+        top1 = NOT_EVALUATED if critic["top1"] is None else f"{critic['top1']:.2f}"
+        lines.append(
+            f"| {it['iteration']} | {it.get('num_examples', NOT_EVALUATED)} | {pairs['outcome']} "
+            f"| {pairs['critic_only']} | {tau} | {top1} |"
+        )
+    return "\n".join(lines) + "\n" if len(lines) > 2 else ""
 
 
 def to_csv(rows: list[dict]) -> str:
     buffer = io.StringIO()
     fields = ["method", "success_pct", "success_lo", "success_hi", "avg_reward", "reward_lo", "reward_hi"]
-    fields += ["tasks", "model_calls", "examples", "source"]
+    fields += ["tasks", "model_calls", *COSTS, "examples", "source"]
     writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n")
     writer.writeheader()
     for r in rows:
@@ -263,6 +318,9 @@ def to_csv(rows: list[dict]) -> str:
 def write_table(out: Path, command: str, methods=METHODS) -> str:
     rows = table_rows(out, methods)
     markdown = to_markdown(rows)
+    diagnostics = diagnostics_markdown(out / "runs" / METHODS[0].name)
+    if diagnostics:
+        markdown += f"\nWhere the agentq run's data came from, per iteration:\n\n{diagnostics}"
     (out / "table.md").write_text(f"{markdown}\nCommand: `{command}`\n")
     (out / "table.csv").write_text(to_csv(rows))
     return markdown

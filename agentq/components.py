@@ -334,6 +334,11 @@ def check_compatible(cfg: DictConfig, search, critic_cls, pair_builder, objectiv
 def search_modes(cfg: DictConfig, search) -> list[str]:
     """The inference-time search modes of ``eval.search_modes``, checked; null: every
     mode the search supports (committed needs ``search_from``: MCTS)."""
+    if cfg.eval.search and getattr(search, "scripted", False):
+        raise IncompatibleConfig(
+            f"search {type(search).__name__} plays the env's scripted oracle, not the policy: it has no "
+            "evaluation row (the oracle row is there already); set eval.search=false"
+        )
     modes = cfg.eval.get("search_modes")
     if modes is None:
         return [m for m in SEARCH_MODES if m != COMMITTED or hasattr(search, "search_from")]

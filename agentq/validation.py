@@ -40,7 +40,7 @@ import sys
 import types
 import typing
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -241,6 +241,12 @@ def check_loop_keys(cfg: DictConfig) -> None:
                 f"tuning=true (an hparams_search sweep) with {key}=test: a sweep chooses on the dev split "
                 f"and never reads test goals; set {key}=dev (WebShop: env.make.dev_size > 0)"
             )
+    required = select("required", default=[])
+    if not isinstance(required, Sequence) or isinstance(required, str):
+        raise ValueError(f"required must be a list of config keys, got {required!r}")
+    for key in required:
+        if select(str(key)) is None:
+            raise ValueError(f"{key} must be set: this study lists it under `required` (add {key}=... to the command)")
     require_int("eval.num_simulations", select("eval.num_simulations"), 1, none_ok=True)
     require_int("eval.search_num_tasks", select("eval.search_num_tasks"), 1, none_ok=True)
     for key in ("collect.split", "eval.split"):

@@ -76,3 +76,32 @@ def test_the_oracle_row_reads_the_agentq_runs_oracle_file(tmp_path):
     assert row["tasks"] == 4 and row["success_pct"] == 75.0 and row["avg_reward"] == 0.875
     assert row["success_ci"] == tuple(100 * x for x in compare.wilson_interval(3, 4))
     assert "| scripted oracle (test, 40 steps) | 75.0 [" in compare.to_markdown([row])
+
+
+def test_cost_per_success_and_where_the_data_came_from(tmp_path):
+    run_dir = tmp_path / "runs" / "agentq"
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.yaml").write_text("iterations: 1\n")
+    folder = run_dir / "iter_001" / "eval" / "zero_shot"
+    folder.mkdir(parents=True)
+    for task, (success, steps, tokens) in enumerate([(True, 3, 30), (False, 15, 150), (True, 4, 40)]):
+        trajectory = {"task_id": task, "steps": [{}] * steps, "reward": 1.0, "success": success, "score": float(success)}
+        record = {"trajectory": trajectory, "stats": {"policy_calls": steps, "policy_tokens": tokens}}
+        (folder / f"task_{task}.json").write_text(json.dumps(record))
+    (run_dir / "iter_001" / "seconds.json").write_text(json.dumps({"eval_zero_shot": 90.0}))
+    row = next(r for r in compare.table_rows(tmp_path) if r["method"] == "Agent Q (zero-shot)")
+    # everything the row spent, over its 2 successes
+    assert (row["tokens_per_success"], row["steps_per_success"], row["seconds_per_success"]) == (110.0, 11.0, 45.0)
+    assert "| 110 / 11 / 45 |" in compare.to_markdown([row])
+    base = next(r for r in compare.table_rows(tmp_path) if r["method"] == "base")
+    assert base["tasks"] == 0 and "| - | - | 0 | - | - |" in compare.to_markdown([base])
+
+    assert compare.diagnostics_markdown(run_dir) == ""  # no summary yet
+    search = {"pairs": {"outcome": 7, "critic_only": 5, "unmatched": 0},
+              "critic": {"nodes": 9, "kendall_tau": 0.25, "tau_nodes": 4, "top1": 0.5}}  # fmt: skip
+    summary = {"iterations": [{"iteration": 0, "eval": {}}, {"iteration": 1, "num_examples": 12, "search": search}]}
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    assert "| 1 | 12 | 7 | 5 | 0.25 (4) | 0.50 |" in compare.diagnostics_markdown(run_dir)
+    compare.write_table(tmp_path, "python -m agentq.compare --env webshop", (compare.METHODS[0],))
+    assert "| 1 | 12 | 7 | 5 |" in (tmp_path / "table.md").read_text()
+    assert "tokens_per_success" in (tmp_path / "table.csv").read_text().splitlines()[0]

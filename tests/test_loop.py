@@ -245,3 +245,27 @@ def test_search_modes_run_on_the_first_search_num_tasks_goals(make_cfg):
     [base] = summary["iterations"]
     assert base["eval"]["zero_shot"]["num_tasks"] == 2
     assert base["eval"]["committed"]["num_tasks"] == base["eval"]["verifier"]["num_tasks"] == 1
+
+
+def test_behaviour_cloning_trains_on_the_oracle_and_becomes_the_next_runs_base(make_cfg, tmp_path):
+    tiny = ("model=tiny", "logger=csv", "eval.num_tasks=1", "agent.sampling.max_new_tokens=8")
+    cfg = make_cfg("+experiment=webshop_bc", "collect.num_tasks=2", "trainer.lightning.max_epochs=1", *tiny)
+    summary = run(cfg)
+    assert [set(it["eval"]) for it in summary["iterations"]] == [{"zero_shot"}, {"zero_shot"}]
+    run_dir = Path(cfg.paths.run_dir)
+    examples = [json.loads(line) for line in (run_dir / "iter_001" / "examples.jsonl").read_text().splitlines()]
+    assert len(examples) == 2  # both goals bought by the oracle, one SFT example each
+    for trees in (run_dir / "iter_001" / "collect").glob("task_*.json"):
+        best = json.loads(trees.read_text())["best"]
+        assert best["source"] == "oracle" and best["success"]
+        assert all(s["action"] == f"COMMAND: {s['command']}" for s in best["steps"])
+    assert summary["iterations"][1]["train"]["loss"] > 0
+    adapter = run_dir / "iter_001" / "adapter"
+
+    cfg = OmegaConf.merge(  # the clone as the base of an evaluation run
+        make_cfg("+experiment=webshop_zero_shot", f"model.adapter={adapter}", "eval.search=false", *tiny),
+        {"paths": {"run_dir": str(tmp_path / "from_clone")}},
+    )
+    cloned = run(cfg)
+    assert cloned["iterations"][0]["eval"]["zero_shot"]["num_tasks"] == 1
+    assert OmegaConf.load(tmp_path / "from_clone" / "config.yaml").model.adapter == str(adapter)

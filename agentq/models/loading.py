@@ -146,9 +146,27 @@ def smollm2_tokenizer(cache_dir: str | os.PathLike = DEFAULT_CACHE_DIR) -> PreTr
     return tokenizer
 
 
+def check_adapter(adapter: str | None) -> None:
+    """``model.adapter`` names a folder a LoRA adapter was saved to (``iter_XXX/adapter`` of a run)."""
+    if adapter is None:
+        return
+    path = Path(adapter).expanduser() if isinstance(adapter, str) else None
+    if path is None or not (path / "adapter_config.json").is_file():
+        raise ValueError(
+            f"model.adapter={adapter!r} is not a saved LoRA adapter (a folder with adapter_config.json, "
+            "such as <run>/iter_001/adapter)"
+        )
+
+
 def _ready(
-    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, adapter: str | None = None
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Eval mode and the KV cache on; ``adapter`` (a saved LoRA adapter) merged into the weights:
+    the run's base policy is then that fine-tuned model (a behaviour-cloned base, docs/method.md §9)."""
+    if adapter is not None:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, str(Path(adapter).expanduser())).merge_and_unload()
     model.eval()
     model.config.use_cache = True
     if tokenizer.pad_token_id is None:  # batching needs a pad id; it is always masked out
@@ -163,10 +181,12 @@ class EmbeddedSmolLM2:
     Args:
         cache_dir: where the de-quantised fp32 folder is cached after the first load.
         dtype: torch dtype name the model is cast to on load.
+        adapter: a saved LoRA adapter merged into the weights on load (None: the model as shipped).
     """
 
     cache_dir: str = DEFAULT_CACHE_DIR
     dtype: str = "float32"
+    adapter: str | None = None
 
     def __post_init__(self) -> None:
         resolve_dtype(self.dtype, type(self).__name__)
@@ -179,6 +199,7 @@ class EmbeddedSmolLM2:
         """What ``load`` needs, without loading: the converted folder, or the GGUF
         file and a writable ``cache_dir`` to convert it into."""
         _check_smollm2_source(self.cache_dir, SMOLLM2_FOLDER)
+        check_adapter(self.adapter)
 
     def convert(self) -> None:
         """De-quantise the GGUF file once and cache it as a plain fp32 ``save_pretrained`` folder."""
@@ -211,7 +232,7 @@ class EmbeddedSmolLM2:
             self.folder, dtype=resolve_dtype(self.dtype, type(self).__name__), local_files_only=True
         )
         tokenizer = AutoTokenizer.from_pretrained(self.folder, local_files_only=True)
-        return _ready(model, tokenizer)
+        return _ready(model, tokenizer, self.adapter)
 
 
 @dataclass
@@ -223,11 +244,13 @@ class HFModel:
         dtype: torch dtype name.
         local_files_only: leave True to never touch the network; set False to
             allow a download from the hub.
+        adapter: a saved LoRA adapter merged into the weights on load (None: the model as is).
     """
 
     name_or_path: str
     dtype: str = "float32"
     local_files_only: bool = True
+    adapter: str | None = None
 
     def __post_init__(self) -> None:
         resolve_dtype(self.dtype, type(self).__name__)
@@ -240,6 +263,7 @@ class HFModel:
         from huggingface_hub import constants, try_to_load_from_cache
         from huggingface_hub.utils import HFValidationError, validate_repo_id
 
+        check_adapter(self.adapter)
         key, name = "model.name_or_path", self.name_or_path
         if not isinstance(name, str) or not name.strip():
             raise ValueError(f"{key} must be a model folder or a Hugging Face hub id, got {name!r}")
@@ -291,7 +315,7 @@ class HFModel:
         tokenizer = AutoTokenizer.from_pretrained(
             self.name_or_path, local_files_only=self.local_files_only
         )
-        return _ready(model, tokenizer)
+        return _ready(model, tokenizer, self.adapter)
 
 
 @dataclass
@@ -314,6 +338,7 @@ class TinyRandomModel:
     seed: int = 0
     cache_dir: str = DEFAULT_CACHE_DIR
     dtype: str = "float32"
+    adapter: str | None = None  # a saved LoRA adapter merged on load (tests of model.adapter)
 
     def __post_init__(self) -> None:
         resolve_dtype(self.dtype, type(self).__name__)
@@ -330,6 +355,7 @@ class TinyRandomModel:
     def check(self) -> None:
         """The SmolLM2 tokenizer is cached under ``cache_dir`` or can be made from the GGUF file."""
         _check_smollm2_source(self.cache_dir, SMOLLM2_TOKENIZER_FOLDER, SMOLLM2_FOLDER)
+        check_adapter(self.adapter)
 
     def load(self) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
         tokenizer = smollm2_tokenizer(self.cache_dir)
@@ -351,4 +377,4 @@ class TinyRandomModel:
             torch.manual_seed(self.seed)
             model = LlamaForCausalLM(config)
         model.to(resolve_dtype(self.dtype, type(self).__name__))
-        return _ready(model, tokenizer)
+        return _ready(model, tokenizer, self.adapter)

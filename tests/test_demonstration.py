@@ -1,0 +1,128 @@
+"""Behaviour cloning's data and base: the scripted oracle's episodes recorded as search
+results (agentq.search.demonstration), and a saved adapter as a run's base (model.adapter)."""
+
+from __future__ import annotations
+
+import gymnasium
+import pytest
+import torch
+from peft import LoraConfig, get_peft_model
+
+from agentq.agent.prompt import PromptBuilder
+from agentq.components import IncompatibleConfig, build
+from agentq.data.successes import SuccessfulTrajectories
+from agentq.models.loading import TinyRandomModel
+from agentq.search.demonstration import SOURCE, ScriptedDemonstration
+from envs.demonstrations import oracle_commands, oracle_of
+
+WEBSHOP = "envs.webshop:agentq/WebShop-v0"
+TEXTCRAFT = "envs.textcraft:agentq/TextCraft-v0"
+
+
+class PromptOnly:
+    """What the demonstration reads of a policy: its prompt builder (it never samples)."""
+
+    def __init__(self) -> None:
+        self.prompt = PromptBuilder(env_instructions="Buy the product.")
+
+
+@pytest.fixture(params=[WEBSHOP, TEXTCRAFT])
+def env(request):
+    made = gymnasium.make(request.param, max_steps=40)
+    yield made
+    made.close()
+
+
+def test_recorded_commands_are_the_oracles_episode(env):
+    task = env.unwrapped.task_ids("train")[0]
+    result, commands = oracle_commands(env, task, 40)
+    assert result.success and result.steps == len(commands) >= 2
+    assert oracle_of(env)(env, task, 40) == result  # the recorder changed nothing
+    env.reset(options={"task_id": task})  # and the commands replay to the same outcome
+    for command in commands:
+        *_, info = env.step(command)
+    assert info["success"]
+
+
+def test_demonstration_is_the_oracles_path_with_the_policys_prompts(env):
+    task = env.unwrapped.task_ids("train")[1]
+    policy = PromptOnly()
+    result = ScriptedDemonstration(max_depth=40, template="COMMAND: {command}\nSTATUS: {status}")(
+        env, policy, task_id=task
+    )
+    _, commands = oracle_commands(env, task, 40)
+    (trajectory,) = result.trajectories
+    assert result.best is trajectory and trajectory.success and trajectory.source == SOURCE
+    assert [s.command for s in trajectory.steps] == commands
+    statuses = [s.action.rsplit("STATUS: ", 1)[1] for s in trajectory.steps]
+    assert statuses == ["CONTINUE"] * (len(commands) - 1) + ["SUCCESS"]
+    assert all(s.action.startswith(f"COMMAND: {s.command}\n") for s in trajectory.steps)
+    # h_t as the policy renders it: the history of the node each step left
+    path = result.tree.path(result.tree.nodes[-1])
+    assert [s.prompt for s in trajectory.steps] == [policy.prompt(n.history) for n in path[:-1]]
+    assert trajectory.steps[0].observation in trajectory.steps[1].prompt[-1]["content"]
+    assert result.stats.policy_calls == 0 and result.stats.env_steps == len(commands)
+    # RFT's builder turns it into one SFT example whose completions are the templates
+    (example,) = SuccessfulTrajectories().from_search(result)
+    assert [s.completion for s in example.segments] == [s.action for s in trajectory.steps]
+    assert all(s.train and not s.completion_ids for s in example.segments)  # tokenized from text
+
+
+def test_an_episode_the_oracle_cannot_finish_is_a_failure_not_an_example():
+    env = gymnasium.make(TEXTCRAFT, max_steps=40)
+    task = next(t for t in env.unwrapped.task_ids("train") if oracle_commands(env, t, 40)[0].steps >= 3)
+    result = ScriptedDemonstration(max_depth=2, template="{status}\nCOMMAND: {command}")(env, PromptOnly(), task_id=task)
+    (trajectory,) = result.trajectories
+    assert not trajectory.success and len(trajectory.steps) == 2
+    assert trajectory.steps[-1].action.startswith("FAILURE\n")
+    assert SuccessfulTrajectories().from_search(result) == []
+    env.close()
+
+
+@pytest.mark.parametrize(
+    "template, message",
+    [("{command}", "COMMAND: {command}"), ("COMMAND: {command} {why}", "format string"), ("COMMAND: {}", "format")],
+)
+def test_bad_templates_are_refused_naming_the_key(template, message):
+    with pytest.raises(ValueError, match="search.template") as info:
+        ScriptedDemonstration(template=template)
+    assert message in str(info.value)
+
+
+def test_the_oracle_is_never_evaluated_as_a_search(make_cfg):
+    with pytest.raises(IncompatibleConfig, match="eval.search=false"):
+        build(make_cfg("+experiment=webshop_bc", "eval.search=true"))
+    build(make_cfg("+experiment=webshop_bc")).env.close()
+
+
+def test_a_saved_adapter_is_the_runs_base(tmp_path, make_cfg):
+    base, _ = TinyRandomModel().load()
+    peft_model = get_peft_model(TinyRandomModel().load()[0], LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    with torch.no_grad():
+        for name, param in peft_model.named_parameters():
+            if "lora_B" in name:  # B starts at zero: perturb so the adapter changes the weights
+                param.normal_(0.0, 0.5, generator=torch.Generator().manual_seed(len(name)))
+    peft_model.save_pretrained(tmp_path / "adapter")
+    merged = peft_model.merge_and_unload().state_dict()
+
+    loaded, _ = TinyRandomModel(adapter=str(tmp_path / "adapter")).load()
+    state = loaded.state_dict()
+    assert set(state) == set(base.state_dict())  # a plain model again, no LoRA modules
+    assert all(torch.equal(state[k], merged[k]) for k in state)
+    changed = [k for k in state if not torch.equal(state[k], base.state_dict()[k])]
+    assert changed and all("q_proj" in k or "v_proj" in k for k in changed)
+
+    with pytest.raises(ValueError, match="model.adapter"):  # refused before any weights load
+        build(make_cfg("+experiment=smoke", f"model.adapter={tmp_path / 'nothing'}"))
+
+
+def test_the_clone_study_needs_the_clones_adapter_and_keeps_its_prompt(make_cfg, tmp_path):
+    with pytest.raises(Exception, match="model.adapter"):
+        build(make_cfg("+experiment=webshop_mcts_dpo", "+study=webshop_clone"))
+    (tmp_path / "adapter").mkdir()
+    (tmp_path / "adapter" / "adapter_config.json").write_text("{}")
+    for experiment in ("webshop_bc", "webshop_mcts_dpo", "webshop_rft", "webshop_traj_dpo"):
+        overrides = () if experiment == "webshop_bc" else ("+study=webshop_clone", f"model.adapter={tmp_path / 'adapter'}")
+        cfg = make_cfg(f"+experiment={experiment}", *overrides)
+        assert list(cfg.agent.prompt.examples) == []  # the clone's prompt everywhere: no few-shot turns
+        build(cfg).env.close()
