@@ -23,7 +23,7 @@ import torch
 
 from agentq.records.action import Candidate
 from agentq.records.tree import SearchResult
-from agentq.search.position import child_node, leaf_trajectory
+from agentq.search.position import leaf_trajectory
 from agentq.search.run import SearchRun
 from envs.demonstrations import oracle_commands
 
@@ -78,9 +78,7 @@ class ScriptedDemonstration:
             status = ("SUCCESS" if outcome.success else "FAILURE") if last else "CONTINUE"
             node.prompt = policy.prompt(node.history)
             text = self.template.format(command=command, status=status)
-            child = run.tree.add(child_node(node, Candidate(text=text, command=command, prompt=node.prompt)))
-            run.position.enter(child, keep_snapshot=False)
-            node = child
+            node = run.step_into(node, Candidate(text=text, command=command, prompt=node.prompt))
         trajectory = leaf_trajectory(run.tree, node, dense_reward=self.dense_reward, source=SOURCE)
         if trajectory.success != outcome.success:  # the env's replay contract (envs/contract.py)
             raise RuntimeError(

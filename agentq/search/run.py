@@ -18,7 +18,7 @@ from agentq.records.action import Candidate
 from agentq.records.history import History
 from agentq.records.trajectory import Trajectory
 from agentq.records.tree import Node, SearchResult, SearchStats, Tree
-from agentq.search.position import Position
+from agentq.search.position import Position, child_node
 
 
 class SearchRun:
@@ -65,6 +65,17 @@ class SearchRun:
         self.stats.policy_tokens += sum(len(c.action_ids) for c in candidates)
         node.prompt = node.prompt or candidates[0].prompt
         return candidates
+
+    def step_into(
+        self, node: Node, candidate: Candidate, *, critic_score: float = 0.0, kept: bool | None = None
+    ) -> Node:
+        """Add the edge ``candidate`` under ``node`` and step the env into it, keeping no
+        snapshot: searches that use this return only to the root (a node without a
+        snapshot is reached by replay)."""
+        child = self.tree.add(child_node(node, candidate, critic_score))
+        child.kept = kept
+        self.position.enter(child, keep_snapshot=False)
+        return child
 
     def result(self, best: Trajectory | None = None) -> SearchResult:
         """The search's result; ``best`` defaults to the first trajectory with the highest return."""

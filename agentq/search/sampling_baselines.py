@@ -33,7 +33,7 @@ import torch
 
 from agentq.agent.policy import Policy, forget_prompts
 from agentq.records.action import Candidate
-from agentq.records.tree import Node, SearchResult
+from agentq.records.tree import SearchResult
 from agentq.search.position import child_node, leaf_trajectory, merge_duplicates
 from agentq.search.run import SearchRun
 
@@ -78,7 +78,7 @@ class BestOfN:
             node = run.root
             while not node.terminal and node.depth < self.max_depth and not run.budget_spent():
                 candidate = run.propose(policy, node, 1, generator)[0]
-                node = _step(run, node, candidate)
+                node = run.step_into(node, candidate)
             run.trajectories.append(
                 leaf_trajectory(run.tree, node, dense_reward=self.dense_reward, source="best_of_n")
             )
@@ -126,7 +126,7 @@ class SelfConsistency:
             chosen = None
             for candidate in merge_duplicates(candidates):
                 if candidate.command == winner.command:
-                    chosen = _step(run, node, winner, critic_score=shares[winner.command], kept=True)
+                    chosen = run.step_into(node, winner, critic_score=shares[winner.command], kept=True)
                 else:  # a losing vote: recorded, never entered
                     run.tree.add(
                         child_node(node, candidate, shares[candidate.command])
@@ -150,22 +150,6 @@ def majority_vote(candidates: Sequence[Candidate]) -> tuple[Candidate, dict[str,
     command = max(counts, key=lambda cmd: (counts[cmd], summed[cmd]))
     winner = max((c for c in candidates if c.command == command), key=lambda c: c.logprob)
     return winner, {cmd: k / len(candidates) for cmd, k in counts.items()}
-
-
-def _step(
-    run: SearchRun,
-    node: Node,
-    candidate: Candidate,
-    *,
-    critic_score: float = 0.0,
-    kept: bool | None = None,
-) -> Node:
-    """Add the edge ``candidate`` under ``node`` and step the env into it."""
-    child = run.tree.add(child_node(node, candidate, critic_score))
-    child.kept = kept
-    # Only the root is ever returned to (best-of-N starts every episode there).
-    run.position.enter(child, keep_snapshot=False)
-    return child
 
 
 def _check(n: int, max_depth: int, max_policy_calls: int | None) -> None:
