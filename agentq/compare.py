@@ -36,6 +36,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from agentq.console import StdoutHandler, quiet_libraries
+from agentq.data.diagnostics import SFT_SOURCES
 from agentq.evaluate import aggregate
 from agentq.intervals import wilson_interval
 from agentq.layout import TASK_GLOB, RunLayout
@@ -53,28 +54,47 @@ class Method:
     name: str
     experiment: str  # suffix of conf/experiment/<env>_<suffix>.yaml
     overrides: tuple[str, ...] = ()
-    # Its first iteration searches exactly as the agentq run does (same experiment,
-    # seed and base policy): reuse those trees instead of searching again, so the
+    # The method whose first iteration searches exactly as this one would (same search,
+    # seed and base policy): reuse its trees instead of searching again, so the
     # objectives are compared on the same data, as in the papers' tables.
-    shares_collection: bool = False
+    shares_collection: str | None = None
+    # Set for a method that can be the study's anchor: its overrides when it is. The
+    # anchor's run evaluates the base policy and writes the oracle row for every row.
+    as_anchor: tuple[str, ...] | None = None
 
 
-# Trained methods skip the base evaluation and search at inference: the mcts_dpo
-# run does both once for everyone.
+# Trained methods skip the base evaluation and search at inference: the anchor run
+# does both once for everyone.
 TRAINED_ONLY = ("eval.base=false", "eval.search=false")
 SEARCH_ONLY = ("iterations=0", "eval.zero_shot=false")
 # Recovery (Agent-R Table 3) continues the base policy's failed greedy episodes,
-# taken from the agentq run's iteration 0 for every method.
-RECOVERY_FROM_AGENTQ = ("eval.recovery=true", "eval.recovery_from={runs}/agentq")
+# taken from the anchor run's iteration 0 for every method.
+RECOVERY_FROM_ANCHOR = ("eval.recovery=true", "eval.recovery_from={anchor}")
+AGENT_R = (*TRAINED_ONLY, *RECOVERY_FROM_ANCHOR)
 METHODS = (
-    Method("agentq", "mcts_dpo", ("eval.recovery=true",)),
-    Method("rft", "rft", TRAINED_ONLY, shares_collection=True),
-    Method("traj_dpo", "traj_dpo", TRAINED_ONLY, shares_collection=True),
-    # Agent-R collects with its own search (plain UCT on the env's reward), not Agent Q's trees.
-    Method("agent_r", "agent_r", (*TRAINED_ONLY, *RECOVERY_FROM_AGENTQ)),
+    Method("agentq", "mcts_dpo", as_anchor=("eval.recovery=true",)),
+    Method("rft", "rft", TRAINED_ONLY, shares_collection="agentq"),
+    Method("traj_dpo", "traj_dpo", TRAINED_ONLY, shares_collection="agentq"),
+    # Agent-R collects with its own search (plain UCT on the env's reward), not Agent Q's
+    # trees. Without an agentq run it is the anchor: base rows zero-shot and in recovery.
+    Method("agent_r", "agent_r", AGENT_R, as_anchor=("eval.search=false", "eval.recovery=true")),
+    # Agent-R's ablation: SFT on the good paths of Agent-R's own trees, no revisions.
+    Method("agent_r_good", "agent_r", (*AGENT_R, "pairs=good_only"), shares_collection="agent_r"),
     Method("tot_bfs", "tot_bfs", SEARCH_ONLY),
     Method("best_of_n", "base", (*SEARCH_ONLY, "search=best_of_n")),
 )
+ANCHOR = "anchor"  # the method of a base-policy row: the study's anchor run
+
+
+def anchor_of(methods) -> Method:
+    """The run that evaluates the base policy for the study: the first method that can."""
+    for method in methods:
+        if method.as_anchor is not None:
+            return method
+    raise ValueError(
+        f"a comparison needs one of {[m.name for m in METHODS if m.as_anchor is not None]}: "
+        "its run gives the base rows, the oracle row and the recovery prefixes"
+    )
 
 
 @dataclass(frozen=True)
@@ -91,41 +111,51 @@ def _row(label: str, method: str, iteration: str, mode: str) -> Row:
 
 
 ROWS = (  # Agent Q Table 1's order, then Agent-R and the search baselines
-    _row("base", "agentq", "base", ZERO_SHOT),
+    _row("base", ANCHOR, "base", ZERO_SHOT),
     _row("RFT", "rft", "last", ZERO_SHOT),
     _row("trajectory DPO", "traj_dpo", "last", ZERO_SHOT),
     _row("Agent Q (zero-shot)", "agentq", "last", ZERO_SHOT),
-    _row("base + MCTS", "agentq", "base", COMMITTED),
+    _row("base + MCTS", ANCHOR, "base", COMMITTED),
     _row("Agent Q + MCTS", "agentq", "last", COMMITTED),
-    _row("base + MCTS", "agentq", "base", VERIFIER),
+    _row("base + MCTS", ANCHOR, "base", VERIFIER),
     _row("Agent Q + MCTS", "agentq", "last", VERIFIER),
     _row("Agent-R (zero-shot)", "agent_r", "last", ZERO_SHOT),
+    _row("Agent-R, good paths only (zero-shot)", "agent_r_good", "last", ZERO_SHOT),
     _row("base + ToT-BFS", "tot_bfs", "base", VERIFIER),
     _row("base + best-of-N", "best_of_n", "base", VERIFIER),
-    _row("base, recovery", "agentq", "base", RECOVERY),
+    _row("base, recovery", ANCHOR, "base", RECOVERY),
     _row("Agent Q, recovery", "agentq", "last", RECOVERY),
     _row("Agent-R, recovery", "agent_r", "last", RECOVERY),
+    _row("Agent-R, good paths only, recovery", "agent_r_good", "last", RECOVERY),
 )
 
 
 def run_methods(env: str, out: Path, overrides: list[str], methods=METHODS) -> None:
     from agentq.loop import run
 
+    anchor = anchor_of(methods)
+    chosen = {m.name for m in methods}
     for method in methods:
         run_dir = out / "runs" / method.name
         if (run_dir / "done").exists():
             print(f"[compare] {method.name}: finished before, skipped", flush=True)
             continue
         resume = [f"resume={run_dir}"] if RunLayout(run_dir).config.exists() else []
-        if method.shares_collection:
-            share_collection(out / "runs" / METHODS[0].name, run_dir)
-        own = [o.format(runs=(out / "runs").resolve()) for o in method.overrides]
+        if method.shares_collection in chosen:
+            share_collection(out / "runs" / method.shares_collection, run_dir)
+        own = method_overrides(method, anchor, out)
         args = [f"+experiment={env}_{method.experiment}", *own, *overrides, f"paths.run_dir={run_dir}"]
         print(f"[compare] {method.name}: {' '.join(args + resume)}", flush=True)
         with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
             cfg = compose("config", overrides=args + resume)
         run(cfg)
         (run_dir / "done").write_text("")
+
+
+def method_overrides(method: Method, anchor: Method, out: Path) -> list[str]:
+    """The method's own overrides in a study whose anchor is ``anchor``."""
+    own = method.as_anchor if method is anchor else method.overrides
+    return [o.format(anchor=(out / "runs" / anchor.name).resolve()) for o in own]
 
 
 def share_collection(source: Path, run_dir: Path) -> None:
@@ -188,12 +218,14 @@ def trained_on(run_dir: Path, iteration: str) -> int | str:
 
 def table_rows(out: Path, methods=METHODS) -> list[dict]:
     """One entry per row of ``ROWS`` whose method is among ``methods``."""
-    names = {m.name for m in methods}
+    anchor = anchor_of(methods).name
+    names = {m.name for m in methods} | {ANCHOR}
     rows = []
     for row in (r for r in ROWS if r.method in names):
-        run_dir = out / "runs" / row.method
+        method = anchor if row.method == ANCHOR else row.method
+        run_dir = out / "runs" / method
         episodes = read_episodes(run_dir, row.iteration, row.mode)
-        entry = {"method": row.label, "source": f"{row.method}/{row.iteration}/{row.mode}"}
+        entry = {"method": row.label, "source": f"{method}/{row.iteration}/{row.mode}"}
         entry["examples"] = trained_on(run_dir, row.iteration)
         if episodes is None:
             rows.append(entry | {"tasks": 0})
@@ -215,7 +247,7 @@ def table_rows(out: Path, methods=METHODS) -> list[dict]:
             }
             | cost_per_success(run_dir, row.iteration, row.mode, episodes)
         )
-    rows.append(oracle_table_row(out / "runs" / METHODS[0].name))
+    rows.append(oracle_table_row(out / "runs" / anchor))
     return rows
 
 
@@ -276,26 +308,28 @@ def to_markdown(rows: list[dict]) -> str:
 
 
 def diagnostics_markdown(run_dir: Path) -> str:
-    """Per iteration of the agentq run: where its training data came from and how well the
+    """Per iteration of the anchor run: where its training data came from and how well the
     critic agreed with the tree (``iter_*/search.json``, agentq.data.diagnostics); empty
     when the run has no summary yet."""
     summary = RunLayout(run_dir).summary
     if not summary.exists():
         return ""
     lines = [
-        "| iteration | examples | outcome-backed pairs | critic-only pairs | critic tau (nodes) | critic top-1 |",
-        "|---|---|---|---|---|---|",
+        "| iteration | examples | outcome-backed pairs | critic-only pairs | critic tau (nodes) | critic top-1 "
+        "| SFT: revisions judged / fallback / good paths / successes |",
+        "|---|---|---|---|---|---|---|",
     ]
     for it in json.loads(summary.read_text())["iterations"]:
         search = it.get("search")
         if search is None:
             continue
-        pairs, critic = search["pairs"], search["critic"]
+        pairs, critic, sft = search["pairs"], search["critic"], search.get("sft", {})
         tau = NOT_EVALUATED if critic["kendall_tau"] is None else f"{critic['kendall_tau']:.2f} ({critic['tau_nodes']})"
         top1 = NOT_EVALUATED if critic["top1"] is None else f"{critic['top1']:.2f}"
+        sources = " / ".join(str(sft.get(k, 0)) for k in SFT_SOURCES)
         lines.append(
             f"| {it['iteration']} | {it.get('num_examples', NOT_EVALUATED)} | {pairs['outcome']} "
-            f"| {pairs['critic_only']} | {tau} | {top1} |"
+            f"| {pairs['critic_only']} | {tau} | {top1} | {sources} |"
         )
     return "\n".join(lines) + "\n" if len(lines) > 2 else ""
 
@@ -318,9 +352,10 @@ def to_csv(rows: list[dict]) -> str:
 def write_table(out: Path, command: str, methods=METHODS) -> str:
     rows = table_rows(out, methods)
     markdown = to_markdown(rows)
-    diagnostics = diagnostics_markdown(out / "runs" / METHODS[0].name)
+    anchor = anchor_of(methods).name
+    diagnostics = diagnostics_markdown(out / "runs" / anchor)
     if diagnostics:
-        markdown += f"\nWhere the agentq run's data came from, per iteration:\n\n{diagnostics}"
+        markdown += f"\nWhere the {anchor} run's data came from, per iteration:\n\n{diagnostics}"
     (out / "table.md").write_text(f"{markdown}\nCommand: `{command}`\n")
     (out / "table.csv").write_text(to_csv(rows))
     return markdown
@@ -344,9 +379,11 @@ def main(argv: list[str] | None = None) -> None:
         unknown = set(chosen) - {m.name for m in METHODS}
         if unknown:
             parser.error(f"unknown methods {sorted(unknown)}: choose from {[m.name for m in METHODS]}")
-        if METHODS[0].name not in chosen:
-            parser.error(f"{METHODS[0].name} is needed: its run gives the base rows and the shared trees")
         methods = tuple(m for m in METHODS if m.name in chosen)
+    try:
+        anchor_of(methods)
+    except ValueError as e:
+        parser.error(str(e))
     if not args.table_only:
         # The loop runs in this process, outside Hydra's job logging: the same console.
         logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s",

@@ -63,6 +63,7 @@ def log_iteration(loggers: Sequence[Any], buffer: ReplayBuffer, iteration: int) 
             logged = {"search/trees": wandb.Table(columns=TREE_COLUMNS, data=rows), "iteration": iteration}
             logged |= {f"search/critic_{k}": v for k, v in diagnostics["critic"].items() if v is not None}
             logged |= {f"search/pairs_{k}": v for k, v in diagnostics["pairs"].items()}
+            logged |= {f"search/sft_{k}": v for k, v in diagnostics.get("sft", {}).items()}
             if largest is not None:
                 logged["search/largest_tree"] = wandb.Html(render_tree_svg(largest.tree.to_dict()))
             run.log(logged)

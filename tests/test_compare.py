@@ -61,7 +61,7 @@ def test_table_rows_come_from_the_evaluation_files(tmp_path):
     # A comparison of some methods tables only their rows.
     chosen = tuple(m for m in compare.METHODS if m.name in ("agentq", "rft"))
     labels = [r["method"] for r in compare.table_rows(tmp_path, chosen)]
-    assert labels == [r.label for r in compare.ROWS if r.method in ("agentq", "rft")] + ["scripted oracle"]
+    assert labels == [r.label for r in compare.ROWS if r.method in ("agentq", "rft", compare.ANCHOR)] + ["scripted oracle"]
     assert "RFT" in labels and "Agent-R (zero-shot)" not in labels
 
 
@@ -105,3 +105,58 @@ def test_cost_per_success_and_where_the_data_came_from(tmp_path):
     compare.write_table(tmp_path, "python -m agentq.compare --env webshop", (compare.METHODS[0],))
     assert "| 1 | 12 | 7 | 5 |" in (tmp_path / "table.md").read_text()
     assert "tokens_per_success" in (tmp_path / "table.csv").read_text().splitlines()[0]
+
+
+def test_an_agent_r_study_is_anchored_on_the_agent_r_run(tmp_path):
+    methods = {m.name: m for m in compare.METHODS}
+    study = (methods["agent_r"], methods["agent_r_good"])
+    anchor = compare.anchor_of(study)
+    assert anchor.name == "agent_r" and compare.anchor_of(compare.METHODS).name == "agentq"
+    with pytest.raises(ValueError, match="agentq"):
+        compare.anchor_of((methods["rft"], methods["agent_r_good"]))
+    # As the anchor, agent_r evaluates the base policy and its own recovery prefixes; the
+    # ablation trains on agent_r's trees and continues the anchor's failed prefixes.
+    own = compare.method_overrides(anchor, anchor, tmp_path)
+    assert "eval.base=false" not in own and "eval.recovery=true" in own
+    assert not any(o.startswith("eval.recovery_from") for o in own)
+    ablation = compare.method_overrides(methods["agent_r_good"], anchor, tmp_path)
+    assert "pairs=good_only" in ablation and "eval.base=false" in ablation
+    assert f"eval.recovery_from={(tmp_path / 'runs' / 'agent_r').resolve()}" in ablation
+    assert methods["agent_r_good"].shares_collection == "agent_r"
+    # In Agent Q's study agent_r is a trained row like the others.
+    beside_agentq = compare.method_overrides(anchor, methods["agentq"], tmp_path)
+    assert "eval.base=false" in beside_agentq
+    assert f"eval.recovery_from={(tmp_path / 'runs' / 'agentq').resolve()}" in beside_agentq
+
+    runs = tmp_path / "runs"
+    for method in ("agent_r", "agent_r_good"):
+        (runs / method).mkdir(parents=True)
+        (runs / method / "config.yaml").write_text("iterations: 1\n")
+    _episode(runs / "agent_r" / "iter_000" / "eval" / "zero_shot", 0, False, 0.0, 40)
+    _episode(runs / "agent_r_good" / "iter_001" / "eval" / "zero_shot", 0, True, 1.0, 8)
+    oracle = {"split": "test", "max_steps": 40, "episodes": [{"task_id": 0, "success": True, "score": 1.0}]}
+    (runs / "agent_r" / "oracle.json").write_text(json.dumps(oracle))
+    rows = {r["method"]: r for r in compare.table_rows(tmp_path, study)}
+    assert rows["base"]["source"] == "agent_r/base/zero_shot" and rows["base"]["tasks"] == 1
+    assert rows["Agent-R, good paths only (zero-shot)"]["success_pct"] == 100.0
+    assert rows["scripted oracle (test, 40 steps)"]["source"] == "agent_r/oracle"
+    assert "Agent Q (zero-shot)" not in rows and "RFT" not in rows
+
+
+def test_an_agent_r_study_runs_end_to_end_without_an_agentq_run(tmp_path):
+    # The tiny random model: nothing is crafted, so this checks the plumbing (anchor,
+    # shared trees, recovery prefixes, the table), not learning.
+    compare.main(["--env", "textcraft", "--methods", "agent_r,agent_r_good", "--out", str(tmp_path),
+                  "model=tiny", "logger=csv", "collect.num_tasks=1", "eval.num_tasks=1",
+                  "agent.sampling.max_new_tokens=8", "search.num_simulations=1"])  # fmt: skip
+    runs = tmp_path / "runs"
+    assert (runs / "agent_r" / "done").exists() and (runs / "agent_r_good" / "done").exists()
+    trees = sorted(p.name for p in (runs / "agent_r" / "iter_001" / "collect").glob("task_*.json"))
+    assert trees and trees == sorted(p.name for p in (runs / "agent_r_good" / "iter_001" / "collect").glob("task_*.json"))
+    good = (runs / "agent_r_good" / "config.yaml").read_text()
+    assert "include_revisions: false" in good and f"recovery_from: {(runs / 'agent_r').resolve()}" in good
+    study = tuple(m for m in compare.METHODS if m.name in ("agent_r", "agent_r_good"))
+    rows = {r["method"]: r for r in compare.table_rows(tmp_path, study)}
+    assert rows["base"]["tasks"] == 1 and rows["base, recovery"]["tasks"] == 1  # the anchor's own base episodes
+    assert rows["Agent-R, good paths only, recovery"]["tasks"] == 1
+    assert "| base | 0.0 [" in (tmp_path / "table.md").read_text()

@@ -3,9 +3,10 @@ with the tree's backed-up values, where the pairs came from, and cost per succes
 
 import pytest
 
-from agentq.data.diagnostics import critic_agreement, kendall_tau_b, pair_sources
+from agentq.data.diagnostics import critic_agreement, kendall_tau_b, pair_sources, sft_sources
 from agentq.data.pairs import StepPairBuilder
 from agentq.evaluate import aggregate
+from agentq.records.examples import SFTExample, StepPair
 from agentq.records.history import History
 from agentq.records.tree import Node, SearchResult, SearchStats, Tree
 
@@ -45,6 +46,10 @@ def test_critic_agreement_over_siblings_visited_twice():
     assert agreement == {"nodes": 2, "kendall_tau": pytest.approx(0.5), "tau_nodes": 2, "top1": 0.5}
     assert critic_agreement([tree()], min_visits=3) == {"nodes": 1, "kendall_tau": pytest.approx(-1.0), "tau_nodes": 1, "top1": 0.0}
     assert critic_agreement([], min_visits=2)["kendall_tau"] is None
+    no_critic = tree()
+    for n in no_critic.nodes:
+        n.critic_score = 0.0  # UCT: no critic scores, so no ranking to compare
+    assert critic_agreement([no_critic], min_visits=2) == {"nodes": 0, "kendall_tau": None, "tau_nodes": 0, "top1": None}
 
 
 def test_pairs_split_into_outcome_backed_and_critic_only():
@@ -81,3 +86,13 @@ def test_outcome_only_pairs_are_the_outcome_backed_ones():
     sources = pair_sources([SearchResult(t, [], None)], every)
     assert len(backed) == sources["outcome"] < len(every)
     assert pair_sources([SearchResult(t, [], None)], backed)["critic_only"] == 0
+
+
+def test_sft_sources_split_revisions_by_where_they_were_spliced():
+    def revision(point):
+        return SFTExample(0, [], "revision", {"revision_point": point})
+
+    examples = [revision("judged"), revision("fallback"), revision("judged"), SFTExample(1, [], "good")]
+    examples.append(StepPair(0, 0, [], "a", "b", [1], [2], -1.0, -2.0, 1.0, 0.0, 2, 1))  # not SFT: ignored
+    assert sft_sources(examples) == {"revision_judged": 2, "revision_fallback": 1, "good": 1}
+    assert sft_sources([]) == {}

@@ -251,9 +251,23 @@ def test_no_pairs_means_no_judge_and_only_good_paths():
     assert [e.source for e in examples] == ["good", "good"]
 
 
+def test_good_only_ablation_trains_on_the_same_good_paths_without_a_judge():
+    def no_model(model, tokenizer):
+        raise AssertionError("the good-only ablation never judges a step")
+
+    result = search(
+        trajectory(["a", "b", "c"], 1.0), trajectory(["a", "c", "c"], 0.0), trajectory(["b"], 0.8)
+    )
+    full = RevisionBuilder().build(result, PB, ScriptedJudge({2: "bad"}))
+    good_only = RevisionBuilder(include_revisions=False, judge=no_model).from_search(result, policy())
+    assert [e.source for e in full] == ["revision", "good", "good"]
+    assert [e.to_dict() for e in good_only] == [e.to_dict() for e in full if e.source == "good"]
+
+
 @pytest.mark.parametrize(
     ("kwargs", "key"),
     [
+        ({"include_revisions": False, "include_good": False}, "pairs.include_revisions"),
         ({"alpha": 1.5}, "pairs.alpha"),
         ({"beta": 1.0}, "pairs.beta"),
         ({"beta": -0.1}, "pairs.beta"),

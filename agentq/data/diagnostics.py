@@ -13,6 +13,9 @@ by that value (Eq. 11), so two questions decide whether its data can help:
   actions' backed-up values differ (their rollouts reached different results),
   *critic-only* when those are equal and only the critic's scores separate the
   two (e.g. siblings never rolled out, or both failed alike).
+- **What the SFT data is made of** (RFT, Agent-R): examples by source, and where
+  each Agent-R revision was spliced: at a step the actor judged Bad, or at the
+  divergence point because it judged none Bad (the fallback).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from itertools import combinations
 from statistics import fmean
 from typing import Any
 
-from agentq.records.examples import StepPair
+from agentq.records.examples import SFTExample, StepPair
 from agentq.records.tree import SearchResult, Tree
 
 
@@ -50,14 +53,15 @@ def critic_agreement(trees: Iterable[Tree], min_visits: int = 2) -> dict[str, An
 
     Returns ``nodes`` (nodes compared), ``kendall_tau`` (mean over the nodes where
     it is defined, ``tau_nodes`` of them) and ``top1`` (share of nodes), None
-    where no node qualifies."""
+    where no node qualifies. A node whose siblings all have one critic score is
+    not compared: the critic made no choice there (UCT has no critic at all)."""
     taus, top1 = [], []
     for tree in trees:
         for node in tree.nodes:
             siblings = [c for c in tree.children(node) if c.visits >= min_visits]
-            if len(siblings) < 2:
-                continue
             critic, backed = [c.critic_score for c in siblings], [c.q_mcts for c in siblings]
+            if len(set(critic)) < 2:
+                continue
             tau = kendall_tau_b(critic, backed)
             if tau is not None:
                 taus.append(tau)
@@ -92,6 +96,27 @@ def pair_sources(results: Iterable[SearchResult], pairs: Iterable[Any]) -> dict[
     return counts
 
 
+# The sources sft_sources counts (SFTExample.source, revisions split by splice point).
+SFT_SOURCES = ("revision_judged", "revision_fallback", "good", "success")
+
+
+def sft_sources(examples: Iterable[Any]) -> dict[str, int]:
+    """SFT examples by source ("success", "good", ...); revisions split by splice point
+    ("revision_judged", "revision_fallback"). Other examples are ignored."""
+    counts: dict[str, int] = {}
+    for example in examples:
+        if isinstance(example, SFTExample):
+            source = example.source
+            if source == "revision":
+                source = f"revision_{example.info['revision_point']}"
+            counts[source] = counts.get(source, 0) + 1
+    return counts
+
+
 def search_diagnostics(results: Sequence[SearchResult], examples: Sequence[Any]) -> dict[str, Any]:
-    """An iteration's critic agreement and pair sources (``summary.json``, W&B)."""
-    return {"critic": critic_agreement(r.tree for r in results), "pairs": pair_sources(results, examples)}
+    """An iteration's critic agreement, pair sources and SFT sources (``summary.json``, W&B)."""
+    return {
+        "critic": critic_agreement(r.tree for r in results),
+        "pairs": pair_sources(results, examples),
+        "sft": sft_sources(examples),
+    }

@@ -115,6 +115,8 @@ class RevisionBuilder:
         alpha: α, the value a good path must reach.
         beta: β, a bad path's value is more than this below its good path's.
         max_revisions_per_task: at most this many revision trajectories per tree (None: all).
+        include_revisions: build revision trajectories (False: the good-only ablation,
+            RFT-style SFT on the good paths of the same trees, no judge calls).
         include_good: also imitate the good paths.
         max_good_per_task: at most this many good paths per tree, best first (None: all).
         revision_thoughts: the phrasings of the revision turn.
@@ -127,6 +129,7 @@ class RevisionBuilder:
     alpha: float = 0.5
     beta: float = 0.2
     max_revisions_per_task: int | None = 4
+    include_revisions: bool = True
     include_good: bool = True
     max_good_per_task: int | None = 2
     revision_thoughts: Sequence[str] = DEFAULT_REVISION_THOUGHTS
@@ -142,6 +145,8 @@ class RevisionBuilder:
             raise ValueError(
                 f"pairs.max_revisions_per_task must be >= 1 or null, got {self.max_revisions_per_task}"
             )
+        if not (self.include_revisions or self.include_good):
+            raise ValueError("pairs.include_revisions and pairs.include_good are both false: nothing to train on")
         if self.max_good_per_task is not None and self.max_good_per_task < 0:
             raise ValueError(
                 f"pairs.max_good_per_task must be >= 0 or null, got {self.max_good_per_task}"
@@ -157,7 +162,7 @@ class RevisionBuilder:
     def from_search(self, result: SearchResult, policy) -> list[SFTExample]:
         """Revision (and good) examples of one tree; the judge is the policy's own model."""
         judge = None
-        if self.pairs(result.trajectories):  # no model call for trees without a pair
+        if self.include_revisions and self.pairs(result.trajectories):  # no judge for trees without a pair
             judge = (self.judge or ActorStepJudge)(policy.model, policy.tokenizer)
         return self.build(result, policy.prompt, judge)
 
@@ -167,7 +172,7 @@ class RevisionBuilder:
         trajectories = result.trajectories
         task = result.tree.root.history.observation if result.tree.nodes else ""
         examples = []
-        for pair in self.pairs(trajectories):
+        for pair in self.pairs(trajectories) if self.include_revisions else ():
             if judge is None:
                 raise ValueError(
                     "RevisionBuilder.build: a judge is needed when the tree has revision pairs"
