@@ -114,6 +114,8 @@ def test_an_agent_r_study_is_anchored_on_the_agent_r_run(tmp_path):
     assert anchor.name == "agent_r" and compare.anchor_of(compare.METHODS).name == "agentq"
     with pytest.raises(ValueError, match="agentq"):
         compare.anchor_of((methods["rft"], methods["agent_r_good"]))
+    with pytest.raises(SystemExit):  # refused before any run starts
+        compare.main(["--env", "textcraft", "--methods", "rft,agent_r_good", "--out", str(tmp_path)])
     # As the anchor, agent_r evaluates the base policy and its own recovery prefixes; the
     # ablation trains on agent_r's trees and continues the anchor's failed prefixes.
     own = compare.method_overrides(anchor, anchor, tmp_path)
@@ -146,16 +148,17 @@ def test_an_agent_r_study_is_anchored_on_the_agent_r_run(tmp_path):
 def test_an_agent_r_study_runs_end_to_end_without_an_agentq_run(tmp_path):
     # The tiny random model: nothing is crafted, so this checks the plumbing (anchor,
     # shared trees, recovery prefixes, the table), not learning.
-    compare.main(["--env", "textcraft", "--methods", "agent_r,agent_r_good", "--out", str(tmp_path),
-                  "model=tiny", "logger=csv", "collect.num_tasks=1", "eval.num_tasks=1",
-                  "agent.sampling.max_new_tokens=8", "search.num_simulations=1"])  # fmt: skip
+    # (run_methods, not main: main configures the process's logging, which later tests own)
+    study = tuple(m for m in compare.METHODS if m.name in ("agent_r", "agent_r_good"))
+    compare.run_methods("textcraft", tmp_path, ["model=tiny", "logger=csv", "collect.num_tasks=1", "eval.num_tasks=1",
+                                                "agent.sampling.max_new_tokens=8", "search.num_simulations=1"], study)  # fmt: skip
+    compare.write_table(tmp_path, "python -m agentq.compare --env textcraft --methods agent_r,agent_r_good", study)
     runs = tmp_path / "runs"
     assert (runs / "agent_r" / "done").exists() and (runs / "agent_r_good" / "done").exists()
     trees = sorted(p.name for p in (runs / "agent_r" / "iter_001" / "collect").glob("task_*.json"))
     assert trees and trees == sorted(p.name for p in (runs / "agent_r_good" / "iter_001" / "collect").glob("task_*.json"))
     good = (runs / "agent_r_good" / "config.yaml").read_text()
     assert "include_revisions: false" in good and f"recovery_from: {(runs / 'agent_r').resolve()}" in good
-    study = tuple(m for m in compare.METHODS if m.name in ("agent_r", "agent_r_good"))
     rows = {r["method"]: r for r in compare.table_rows(tmp_path, study)}
     assert rows["base"]["tasks"] == 1 and rows["base, recovery"]["tasks"] == 1  # the anchor's own base episodes
     assert rows["Agent-R, good paths only, recovery"]["tasks"] == 1
