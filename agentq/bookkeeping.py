@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from agentq import oracle
 from agentq.data.buffer import ReplayBuffer
 from agentq.layout import RunLayout, read_json, write_json
-from agentq.modes import MODES
+from agentq.modes import MODES, seconds_per_success
 
 log = logging.getLogger(__name__)
 # The packages that decide the numbers, recorded with every (re)start.
@@ -115,10 +115,9 @@ def write_summary(
         if layout.seconds(iteration).exists():
             entry["seconds"] = read_json(layout.seconds(iteration))
             for mode, metrics in entry["eval"].items():  # wall seconds per success, the cost a user pays
-                seconds = entry["seconds"].get(f"eval_{mode}")
-                solved = round(metrics.get("success_rate", 0) * metrics.get("num_tasks", 0))
-                if seconds is not None and solved:
-                    metrics["seconds_per_success"] = round(seconds / solved, 1)
+                per_success = seconds_per_success(entry["seconds"].get(f"eval_{mode}"), metrics)
+                if per_success is not None:
+                    metrics["seconds_per_success"] = round(per_success, 1)
         if entry["eval"] or iteration == 0 or layout.iteration(iteration).exists():
             entries.append(entry)
     summary = {"iterations": entries, "wall_seconds": round(wall_seconds, 1)}

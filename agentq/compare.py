@@ -40,7 +40,7 @@ from agentq.data.diagnostics import SFT_SOURCES
 from agentq.evaluate import aggregate
 from agentq.intervals import wilson_interval
 from agentq.layout import TASK_GLOB, RunLayout
-from agentq.modes import COMMITTED, HOW_PICKED, RECOVERY, VERIFIER, ZERO_SHOT
+from agentq.modes import COMMITTED, HOW_PICKED, RECOVERY, VERIFIER, ZERO_SHOT, seconds_per_success
 from agentq.records.tree import SearchStats
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
@@ -197,13 +197,12 @@ def cost_per_success(run_dir: Path, iteration: str, mode: str, episodes: list[di
     steps (the episodes' own) and wall seconds (the mode's evaluation phase); None
     when nothing was solved or the run did not record it."""
     metrics = aggregate(episodes)
-    solved = sum(bool(e["trajectory"]["success"]) for e in episodes)
     seconds_file = RunLayout(run_dir).seconds(iteration_index(run_dir, iteration))
     seconds = json.loads(seconds_file.read_text()).get(f"eval_{mode}") if seconds_file.exists() else None
     return {
         "tokens_per_success": metrics.get("policy_tokens_per_success"),
         "steps_per_success": metrics.get("steps_per_success"),
-        "seconds_per_success": seconds / solved if seconds is not None and solved else None,
+        "seconds_per_success": seconds_per_success(seconds, metrics),
     }
 
 

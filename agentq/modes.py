@@ -28,3 +28,11 @@ HOW_PICKED = {
 }
 # Runs written before the committed mode existed called the verifier mode "search".
 LEGACY_NAMES = {VERIFIER: "search"}
+
+
+def seconds_per_success(seconds: float | None, metrics: dict) -> float | None:
+    """A mode's evaluation wall seconds (``seconds.json``) over the tasks it solved
+    (``metrics`` as agentq.evaluate.aggregate gives them); None when the time is
+    unknown or nothing was solved."""
+    solved = round(metrics.get("success_rate", 0) * metrics.get("num_tasks", 0))
+    return seconds / solved if seconds is not None and solved else None

@@ -30,6 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from agentq.intervals import wilson_interval
 from agentq.layout import read_json, write_json
+from envs.demonstrations import oracle_of
 
 log = logging.getLogger(__name__)
 
@@ -71,11 +72,9 @@ def cache_key(make: dict[str, Any], split: str, task_ids: Sequence[Any], max_ste
     return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 
-def play_tasks(
-    env: gym.Env, env_id: str, task_ids: Sequence[Any], max_steps: int
-) -> list[dict[str, Any]]:
+def play_tasks(env: gym.Env, task_ids: Sequence[Any], max_steps: int) -> list[dict[str, Any]]:
     """The oracle's episode on each task: task id, success, score, steps."""
-    play = importlib.import_module(env_package(env_id) + ".oracle").play
+    play = oracle_of(env)
     episodes = []
     for task_id in task_ids:
         result = play(env, task_id, max_steps)
@@ -127,7 +126,7 @@ def oracle_row(
         except (OSError, ValueError):
             log.warning("oracle cache %s unreadable; computing again", path)
     started = time.monotonic()
-    episodes = play_tasks(env, make["id"], task_ids, max_steps)
+    episodes = play_tasks(env, task_ids, max_steps)
     row = summarize(
         episodes,
         env=make["id"],

@@ -49,7 +49,7 @@ def test_the_old_textcraft_protocol_fails_the_oracle_check():
         env, TEXTCRAFT | {"max_steps": 4}, split="test", task_ids=[0, 1, 2], max_steps=4
     )
     assert old["success_rate"] == 0.0 < oracle.MIN_SUCCESS
-    unbounded = oracle.play_tasks(TextCraftEnv(max_steps=100), TEXTCRAFT["id"], [0, 1, 2], 100)
+    unbounded = oracle.play_tasks(TextCraftEnv(max_steps=100), [0, 1, 2], 100)
     assert [e["steps"] for e in unbounded] == [39, 36, 28] and all(e["success"] for e in unbounded)
 
 
