@@ -315,7 +315,7 @@ def diagnostics_markdown(run_dir: Path) -> str:
         return ""
     lines = [
         "| iteration | examples | outcome-backed pairs | critic-only pairs | critic tau (nodes) | critic top-1 "
-        "| SFT: revisions judged / fallback / good paths / successes |",
+        "| SFT: revisions judged / fallback / good paths / good paths that succeeded / RFT successes |",
         "|---|---|---|---|---|---|---|",
     ]
     for it in json.loads(summary.read_text())["iterations"]:

@@ -126,3 +126,7 @@ def test_the_clone_study_needs_the_clones_adapter_and_keeps_its_prompt(make_cfg,
         cfg = make_cfg(f"+experiment={experiment}", *overrides)
         assert list(cfg.agent.prompt.examples) == []  # the clone's prompt everywhere: no few-shot turns
         build(cfg).env.close()
+    # Agent-R's study from the clone: its prompt, and actions that stop at the one COMMAND line it learned.
+    cfg = make_cfg("+experiment=webshop_agent_r", "+study=webshop_clone_agent_r", f"model.adapter={tmp_path / 'adapter'}")
+    assert list(cfg.agent.prompt.examples) == [] and cfg.agent.sampling.max_tail_tokens == 0
+    build(cfg).env.close()

@@ -92,7 +92,8 @@ def test_sft_sources_split_revisions_by_where_they_were_spliced():
     def revision(point):
         return SFTExample(0, [], "revision", {"revision_point": point})
 
-    examples = [revision("judged"), revision("fallback"), revision("judged"), SFTExample(1, [], "good")]
+    good = [SFTExample(1, [], "good", {"success": False}), SFTExample(2, [], "good", {"success": True})]
+    examples = [revision("judged"), revision("fallback"), revision("judged"), *good]
     examples.append(StepPair(0, 0, [], "a", "b", [1], [2], -1.0, -2.0, 1.0, 0.0, 2, 1))  # not SFT: ignored
-    assert sft_sources(examples) == {"revision_judged": 2, "revision_fallback": 1, "good": 1}
+    assert sft_sources(examples) == {"revision_judged": 2, "revision_fallback": 1, "good": 2, "good_success": 1}
     assert sft_sources([]) == {}

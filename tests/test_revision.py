@@ -183,7 +183,7 @@ def test_output_is_deterministic_and_good_paths_are_mixed_in():
         SFTExample.from_dict(json.loads(json.dumps(e.to_dict()))) for e in first
     ] == first  # buffer round trip
     good = first[1]
-    assert good.info == {"trajectory": 0, "reward": 1.0}
+    assert good.info == {"trajectory": 0, "reward": 1.0, "success": True}
     assert [s.completion for s in good.segments] == [act("a"), act("b"), act("c")] and all(
         s.train for s in good.segments
     )

@@ -96,13 +96,15 @@ def pair_sources(results: Iterable[SearchResult], pairs: Iterable[Any]) -> dict[
     return counts
 
 
-# The sources sft_sources counts (SFTExample.source, revisions split by splice point).
-SFT_SOURCES = ("revision_judged", "revision_fallback", "good", "success")
+# What sft_sources counts: SFTExample.source, revisions split by splice point, and the good
+# paths that reached the goal (with a dense reward a good path may only score alpha).
+SFT_SOURCES = ("revision_judged", "revision_fallback", "good", "good_success", "success")
 
 
 def sft_sources(examples: Iterable[Any]) -> dict[str, int]:
     """SFT examples by source ("success", "good", ...); revisions split by splice point
-    ("revision_judged", "revision_fallback"). Other examples are ignored."""
+    ("revision_judged", "revision_fallback"); "good_success": the "good" ones that
+    succeeded. Other examples are ignored."""
     counts: dict[str, int] = {}
     for example in examples:
         if isinstance(example, SFTExample):
@@ -110,6 +112,8 @@ def sft_sources(examples: Iterable[Any]) -> dict[str, int]:
             if source == "revision":
                 source = f"revision_{example.info['revision_point']}"
             counts[source] = counts.get(source, 0) + 1
+            if source == "good" and example.info.get("success"):
+                counts["good_success"] = counts.get("good_success", 0) + 1
     return counts
 
 

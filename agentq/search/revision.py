@@ -215,7 +215,7 @@ class RevisionBuilder:
                         t.task_id,
                         segments_of(t),
                         source="good",
-                        info={"trajectory": i, "reward": t.reward},
+                        info={"trajectory": i, "reward": t.reward, "success": t.success},
                     )
                 )
         return examples
