@@ -89,8 +89,9 @@ def decoding(cfg: DictConfig) -> dict[str, str]:
     (components.check_engine allows logged ones only from the exact engine)."""
     engine = str(OmegaConf.select(cfg, "engine._target_", default="agentq.models.engine.HFEngine"))
     logged = bool(OmegaConf.select(cfg, "trainer.use_logged_reference", default=False))
+    dtype = OmegaConf.select(cfg, "engine.dtype", default=None)  # the HF engine's; other engines own their precision
     return {
-        "engine": engine.rsplit(".", 1)[-1],
+        "engine": engine.rsplit(".", 1)[-1] + (f" ({dtype})" if dtype not in (None, "float32") else ""),
         "dpo_reference": "logged at sampling (the HF engine, the trainer's numerics)" if logged else "the trainer's forward pass",
     }
 

@@ -23,6 +23,8 @@ from omegaconf import DictConfig, OmegaConf
 from agentq import validation
 from agentq.checks import require_int
 from agentq.data.pairs import StepPairBuilder
+from agentq.models.engine import HFEngine
+from agentq.models.loading import native_bf16, resolve_dtype
 from agentq.modes import COMMITTED, SEARCH_MODES
 from envs.contract import check_contract
 
@@ -98,7 +100,11 @@ class Weights:
 
     @property
     def critic(self) -> Any:
-        return self.policy if self.frozen_base is None else self.frozen_base
+        """The frozen base, else the policy's weights: as the HF engine decodes them
+        (its copy in ``engine.dtype``), so the critic runs at the search's precision."""
+        if self.frozen_base is not None:
+            return self.frozen_base
+        return self.engine.model if isinstance(self.engine, HFEngine) else self.policy
 
 
 @dataclass
@@ -225,11 +231,21 @@ def check_engine(cfg: DictConfig, engine_cls) -> None:
             f"workers={cfg.workers} forks processes, and engine {name} runs a thread of its own that a fork "
             "does not copy: use collect.concurrency and eval.concurrency instead (one engine batches them)"
         )
-    if cfg.iterations > 0 and cfg.trainer.get("use_logged_reference") and not engine_cls.exact:
+    dtype = OmegaConf.select(cfg, "engine.dtype", default="float32")
+    if dtype != "float32":
+        resolve_dtype(dtype, "engine")
+        fast = native_bf16("auto") if dtype == "bfloat16" else torch.cuda.is_available()
+        if not fast:
+            raise IncompatibleConfig(
+                f"engine.dtype={dtype}: this machine computes it no faster than float32 (a CPU needs AVX512-BF16 "
+                "or AMX for bfloat16, and float16 is a GPU type): use engine.dtype=float32"
+            )
+    exact = engine_cls.exact and dtype == "float32"
+    if cfg.iterations > 0 and cfg.trainer.get("use_logged_reference") and not exact:
         raise IncompatibleConfig(
             f"trainer.use_logged_reference=true takes pi_ref from the log-probs logged at sampling, and engine "
-            f"{name} computes them with other kernels than the trainer: set trainer.use_logged_reference=false "
-            "(the trainer's own forward pass gives the reference), or use engine=hf"
+            f"{name} ({dtype}) computes them with other kernels than the trainer: set trainer.use_logged_reference=false "
+            "(the trainer's own forward pass gives the reference), or use engine=hf engine.dtype=float32"
         )
 
 

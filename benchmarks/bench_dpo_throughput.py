@@ -240,8 +240,8 @@ def run_batch_size(args: argparse.Namespace, cfg, dataset, batch_size: int) -> d
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Sample the pairs once, then time each batch size; returns the figures (see :func:`report`)."""
+    from agentq.models.loading import native_bf16
     from agentq.training.data import ExampleDataset
-    from agentq.training.fit import native_bf16
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -39,7 +39,7 @@ from agentq.agent.action import parse_composite
 from agentq.components import Weights, build
 from agentq.evaluate import task_seed, zero_shot
 from agentq.lanes import lanes
-from agentq.models.engine import HFEngine
+from agentq.models.engine import Engine, HFEngine
 from agentq.models.openvino_engine import OpenVINOEngine
 from agentq.parallel import for_each_task
 from benchmarks.common import cli
@@ -89,7 +89,8 @@ def states(env, task_ids) -> list:
     return histories
 
 
-def agreement(parts, model, tokenizer, engine: OpenVINOEngine, n: int) -> dict:
+def agreement(parts, model, tokenizer, engine: Engine, n: int) -> dict:
+    """Greedy first actions: HF fp32 against ``engine`` on ``n`` WebShop states."""
     test_ids = list(parts.env.unwrapped.task_ids("test"))[:n]
     histories = states(parts.env, test_ids)
     hf = parts.policy(model, tokenizer, engine=HFEngine(model, tokenizer))
@@ -185,7 +186,7 @@ def searches(parts, weights, task_ids, concurrency: int) -> dict:
 
 def episodes(parts, weights, task_ids, concurrency: int) -> dict:
     policy = parts.policy(weights.policy, weights.tokenizer, engine=weights.engine)
-    steps = []
+    steps, rewards = [], []
 
     def runner(lane):
         episode = zero_shot(lane.env, lane.policy, max_steps=parts.eval.max_steps, dense_reward=parts.dense_reward)
@@ -194,6 +195,7 @@ def episodes(parts, weights, task_ids, concurrency: int) -> dict:
             with torch.no_grad():
                 trajectory, _ = episode(task_id, torch.Generator())
             steps.append(len(trajectory.steps))
+            rewards.append(trajectory.reward)
 
         return run
 
@@ -201,7 +203,7 @@ def episodes(parts, weights, task_ids, concurrency: int) -> dict:
         [runner(lane) for lane in lanes(parts, weights, policy, concurrency)], task_ids, description="bench eval",
     ))  # fmt: skip
     return figures | {
-        "goals": len(task_ids), "concurrency": concurrency, "avg_steps": statistics.fmean(steps),
+        "goals": len(task_ids), "concurrency": concurrency, "avg_steps": statistics.fmean(steps), "avg_reward": statistics.fmean(rewards),
         "episodes_per_min": 60 * len(task_ids) / figures["seconds"], "steps_per_min": 60 * sum(steps) / figures["seconds"],
     }  # fmt: skip
 

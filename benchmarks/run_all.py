@@ -314,6 +314,22 @@ def engine_agreement_row(r: dict[str, Any]) -> Row:
     return Row(measured, f"{100 * share:.0f}% commands", share >= 0.9, reason)
 
 
+def engine_hf_bf16_row(r: dict[str, Any]) -> Row:
+    a, m, e = r["agreement"], r["mcts"], r["eval"]
+    f32, b16 = "float32", "bfloat16"
+    measured = (
+        f"MCTS {m[f32]['sims_per_min']:.2f} / {m[b16]['sims_per_min']:.2f} sims/min, zero-shot "
+        f"{e[f32]['episodes_per_min']:.2f} / {e[b16]['episodes_per_min']:.2f} episodes/min (fp32 / bf16, "
+        f"{m[f32]['goals']} and {e[f32]['goals']} goals, load {m[f32]['load_average'][0]:.2f}); greedy commands identical "
+        f"on {a['identical_commands']}/{a['states']} states"
+    )
+    share = a["identical_commands"] / a["states"]
+    met = m["ratio"] >= 1.5 and e["ratio"] >= 1.5 and share >= 0.9
+    reasons = [f"{name} below 1.5x" for name, ratio in (("MCTS", m["ratio"]), ("evaluation", e["ratio"])) if ratio < 1.5]
+    reasons += [] if share >= 0.9 else ["bf16 flips near-tied greedy tokens on more than 10% of states"]
+    return Row(measured, f"MCTS {m['ratio']:.2f}x, episodes {e['ratio']:.2f}x, {100 * share:.0f}% commands", met, "; ".join(reasons))
+
+
 def _env_argv(full: list[str], quick: list[str]) -> Callable[[bool], list[str]]:
     return lambda is_quick: quick if is_quick else full
 
@@ -336,6 +352,11 @@ BENCHMARKS = [
     Benchmark(
         "engine_agreement", "Greedy agreement, OpenVINO vs HF fp32, 50 WebShop states", _ENGINE[0],
         ">= 90% identical commands; the mean log-prob gap reported", _ENGINE[1], engine_agreement_row,
+    ),
+    Benchmark(
+        "engine_hf_bf16", "The HF engine on a bf16 copy vs fp32, WebShop MCTS and evaluation", "benchmarks.bench_hf_dtype",
+        ">= 1.5x MCTS sims/min and episodes/min, greedy commands identical on >= 90% of 50 states",
+        _env_argv([], ["--quick"]), engine_hf_bf16_row,
     ),
     Benchmark(
         "dpo", "Step DPO vs TRL 1.16 DPOTrainer", "benchmarks.bench_dpo",

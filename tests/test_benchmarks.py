@@ -86,3 +86,21 @@ def test_dpo_throughput_row_needs_3x_pairs_per_minute_and_the_bf16_loss_within_1
     assert drifted.met is False and "bf16 moves the loss by more than 1e-3" in drifted.reason
     fp32 = run_all.dpo_throughput_row(throughput_results(4.0, 5e-3))  # fp32 3.2x within 1e-7: met without bf16
     assert fp32.met is True and "bf16 moves the loss" in fp32.reason
+
+
+def hf_dtype_results(mcts_ratio: float, eval_ratio: float, identical: int) -> dict:
+    side = {"sims_per_min": 4.0, "episodes_per_min": 2.0, "goals": 3, "load_average": [2.0, 2.0]}
+    return {
+        "agreement": {"states": 50, "identical_commands": identical},
+        "mcts": {"float32": side, "bfloat16": side | {"sims_per_min": 4.0 * mcts_ratio}, "ratio": mcts_ratio},
+        "eval": {"float32": side, "bfloat16": side | {"episodes_per_min": 2.0 * eval_ratio}, "ratio": eval_ratio},
+    }
+
+
+def test_the_bf16_engine_row_needs_both_speedups_and_the_greedy_commands():
+    row = run_all.engine_hf_bf16_row(hf_dtype_results(1.6, 1.5, 45))
+    assert row.met is True and row.ratio == "MCTS 1.60x, episodes 1.50x, 90% commands" and "4.00 / 6.40 sims/min" in row.measured
+    slow = run_all.engine_hf_bf16_row(hf_dtype_results(1.2, 1.6, 50))
+    assert slow.met is False and slow.reason == "MCTS below 1.5x"
+    flipped = run_all.engine_hf_bf16_row(hf_dtype_results(2.0, 2.0, 44))
+    assert flipped.met is False and "near-tied greedy tokens" in flipped.reason

@@ -130,3 +130,9 @@ def test_the_clone_study_needs_the_clones_adapter_and_keeps_its_prompt(make_cfg,
     cfg = make_cfg("+experiment=webshop_agent_r", "+study=webshop_clone_agent_r", f"model.adapter={tmp_path / 'adapter'}")
     assert list(cfg.agent.prompt.examples) == [] and cfg.agent.sampling.max_tail_tokens == 0
     build(cfg).env.close()
+    # Agent Q with search at inference from the clone: the same prompt and tail, and the search rows on.
+    cfg = make_cfg("+experiment=webshop_mcts_dpo", "+study=webshop_clone_search", f"model.adapter={tmp_path / 'adapter'}")
+    assert list(cfg.agent.prompt.examples) == [] and cfg.agent.sampling.max_tail_tokens == 0 and cfg.eval.search
+    build(cfg).env.close()
+    with pytest.raises(Exception, match="model.adapter"):
+        build(make_cfg("+experiment=webshop_mcts_dpo", "+study=webshop_clone_search"))

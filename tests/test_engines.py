@@ -8,9 +8,12 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from agentq import components
 from agentq.agent.action import parse_composite
 from agentq.agent.constrained import CommandConstraint, TokenTable
-from agentq.components import IncompatibleConfig, build
+from agentq.bookkeeping import decoding
+from agentq.components import IncompatibleConfig, Weights, build
+from agentq.loop import frozen_base
 from agentq.models import TinyRandomModel
 from agentq.models.engine import HFEngine
 from agentq.models.gguf_export import gguf_name, rotary_interleave, write_gguf
@@ -185,3 +188,71 @@ def test_constrained_requests_do_not_depend_on_the_requests_beside_them(tiny, en
     requests = prompts(tokenizer, 4)
     alone = [draw(i, ids) for i, ids in enumerate(requests)]
     assert at_once(draw, requests) == alone
+
+
+def test_the_hf_engine_in_bf16_decodes_a_cast_copy_and_leaves_the_trainers_weights(tiny):
+    model, tokenizer = tiny
+    before = {name: p.clone() for name, p in model.state_dict().items()}
+    engine = HFEngine(model, tokenizer, dtype="bfloat16")
+    assert HFEngine(model, tokenizer).exact and not engine.exact
+    assert engine.model is not model and next(engine.model.parameters()).dtype == torch.bfloat16
+    assert all(torch.equal(p, before[name]) for name, p in model.state_dict().items())  # fp32, untouched
+    ids = prompts(tokenizer, 1)[0]
+    [sample] = engine.sample(ids, 1, max_new_tokens=8, temperature=0.0, top_p=1.0, eos_token_ids={2})
+    # The same weights at lower precision: the fp32 model scores the bf16 engine's tokens near its own log-prob.
+    full = torch.tensor([ids + list(sample.token_ids)])
+    completion = torch.zeros_like(full, dtype=torch.bool)
+    completion[0, len(ids):] = True
+    with torch.no_grad():
+        exact = float(completion_logprobs(model, full, torch.ones_like(full), completion)[0])
+    assert sample.logprob != exact and sample.logprob == pytest.approx(exact, abs=0.05 * len(sample.token_ids))
+
+    other = TinyRandomModel(seed=1).load()[0].eval()
+    engine.serve(other)
+    served = dict(engine.model.named_parameters())
+    assert all(torch.equal(served[name], p.to(torch.bfloat16)) for name, p in other.named_parameters())
+
+
+def test_the_critic_reads_the_weights_the_hf_engine_decodes(tiny):
+    model, tokenizer = tiny
+    bf16 = HFEngine(model, tokenizer, dtype="bfloat16")
+    assert Weights(model, tokenizer, engine=bf16).critic is bf16.model
+    assert Weights(model, tokenizer, engine=HFEngine(model, tokenizer)).critic is model
+    frozen = object()
+    assert Weights(model, tokenizer, frozen_base=frozen, engine=bf16).critic is frozen
+
+
+@pytest.mark.parametrize(
+    "overrides, native, named",
+    [
+        (["engine.dtype=bfloat16", "trainer.use_logged_reference=true"], True, "trainer.use_logged_reference=false"),
+        (["engine.dtype=bfloat16"], False, "engine.dtype=bfloat16: this machine computes it no faster"),
+        (["engine.dtype=float16"], True, "engine.dtype=float16"),
+        (["engine.dtype=bfloat17"], True, "engine.dtype='bfloat17' is not a torch dtype"),
+    ],
+)
+def test_the_hf_engines_dtype_is_refused_at_build_where_it_cannot_serve(make_cfg, monkeypatch, overrides, native, named):
+    monkeypatch.setattr(components, "native_bf16", lambda accelerator: native)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises((IncompatibleConfig, ValueError)) as info:
+        build(make_cfg("+experiment=smoke", *overrides))
+    assert named in str(info.value)
+
+
+def test_a_bf16_hf_engine_builds_and_is_recorded_in_the_summary(make_cfg, monkeypatch):
+    monkeypatch.setattr(components, "native_bf16", lambda accelerator: True)
+    cfg = make_cfg("+experiment=smoke", "engine.dtype=bfloat16", "trainer.use_logged_reference=false")
+    build(cfg).close()
+    assert decoding(cfg) == {"engine": "HFEngine (bfloat16)", "dpo_reference": "the trainer's forward pass"}
+
+
+def test_the_frozen_base_critic_is_kept_in_the_engines_dtype(tiny, make_cfg):
+    model, tokenizer = tiny
+    parts = build(make_cfg("+experiment=smoke", "iterations=2", "critic_model=base"))
+    try:
+        for dtype in ("float32", "bfloat16"):
+            frozen = frozen_base(parts, model, HFEngine(model, tokenizer, dtype=dtype))
+            assert frozen is not model and next(frozen.parameters()).dtype == getattr(torch, dtype)
+            assert not any(p.requires_grad for p in frozen.parameters())
+    finally:
+        parts.close()

@@ -50,6 +50,22 @@ def resolve_dtype(dtype: str, owner: str) -> torch.dtype:
     return value
 
 
+def on_cpu(accelerator: object) -> bool:
+    return str(accelerator) == "cpu" or str(accelerator) == "auto" and not torch.cuda.is_available()
+
+
+def native_bf16(accelerator: object) -> bool:
+    """Whether ``accelerator`` (a Lightning accelerator name) computes bf16 natively:
+    a CUDA GPU that supports it, or a CPU with AVX512-BF16 or AMX tiles."""
+    if on_cpu(accelerator):
+        # torch's own CPU feature checks (cpuinfo), also used by inductor; private, so looked up with a default.
+        checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+        return any(getattr(torch.cpu, name, lambda: False)() for name in checks)
+    if str(accelerator) in ("gpu", "cuda", "auto"):
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    return False
+
+
 # What ``from_pretrained`` reads from a model folder (no ``variant``, no TF/Flax weights).
 WEIGHT_FILES = (
     "model.safetensors",

@@ -90,6 +90,7 @@ from lightning.pytorch.strategies.launchers import (
 from peft import LoraConfig, PeftModel, get_peft_model
 from torch import nn
 
+from agentq.models.loading import native_bf16, on_cpu
 from agentq.objectives.base import PreferenceLogps, SequenceLogps
 from agentq.records.examples import PREFERENCE, common_kind
 from agentq.training.data import (
@@ -343,20 +344,6 @@ def resolve_precision(lightning: Mapping[str, Any], *, logged_reference: bool) -
     return kwargs
 
 
-def on_cpu(accelerator: Any) -> bool:
-    return str(accelerator) == "cpu" or str(accelerator) == "auto" and not torch.cuda.is_available()
-
-
-def native_bf16(accelerator: Any) -> bool:
-    """Whether ``accelerator`` (a Lightning accelerator name) computes bf16 natively:
-    a CUDA GPU that supports it, or a CPU with AVX512-BF16 or AMX tiles."""
-    if on_cpu(accelerator):
-        # torch's own CPU feature checks (cpuinfo), also used by inductor; private, so looked up with a default.
-        checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
-        return any(getattr(torch.cpu, name, lambda: False)() for name in checks)
-    if str(accelerator) in ("gpu", "cuda", "auto"):
-        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-    return False
 
 
 def check_strategy(strategy: Any) -> None:
