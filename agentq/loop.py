@@ -31,7 +31,7 @@ from agentq.data.diagnostics import search_diagnostics
 from agentq.eval_modes import evaluate_iteration
 from agentq.lanes import Lane, lanes
 from agentq.layout import write_json
-from agentq.models.engine import HFEngine, cast_copy
+from agentq.models.engine import cast_copy
 from agentq.parallel import for_each_task
 from agentq.report.collect import load_study
 from agentq.report.tables import runs_table
@@ -48,8 +48,8 @@ def run(cfg: DictConfig) -> dict:
     status, weights = "failed", None
     try:
         model, tokenizer = parts.model.load()
-        engine = parts.engine(model, tokenizer)
-        weights = Weights(model, tokenizer, frozen_base(parts, model, engine), engine)
+        weights = Weights(model, tokenizer, engine=parts.engine(model, tokenizer))
+        weights.frozen_base = frozen_base(parts, weights.critic)
         train_ids, test_ids = parts.task_ids()
         oracle.write_oracle(cfg, parts.env, test_ids, layout.oracle)  # the scripted oracle on the same goals and budget
         for iteration in range(parts.iterations + 1):
@@ -69,20 +69,20 @@ def run(cfg: DictConfig) -> dict:
         book.close(status)
 
 
-def frozen_base(parts: Components, model, engine):
+def frozen_base(parts: Components, critic):
     """A frozen copy of the base LLM for the critic, or None when the critic uses the policy's model.
 
     docs/method.md §3: the critic is "the same base LLM". Training merges each adapter
     into the policy's weights in place, so after iteration 1 the base survives only
-    as a copy (one model's weights more in memory), kept in the dtype the HF engine
-    decodes in. It is made only when a trained policy's search would use it: MCTS at
-    evaluation, or collection after iteration 1. ``critic_model=policy`` lets the
-    critic follow the trained policy instead.
+    as a copy (one model's weights more in memory) of ``critic``, the base as the
+    critic reads it (in the HF engine's dtype). It is made only when a trained
+    policy's search would use it: MCTS at evaluation, or collection after iteration 1.
+    ``critic_model=policy`` lets the critic follow the trained policy instead.
     """
     trained_search = parts.iterations > 1 or (parts.iterations == 1 and bool(parts.eval.search_modes))
     if not parts.frozen_critic or not trained_search:
         return None
-    return cast_copy(model, engine.dtype if isinstance(engine, HFEngine) else torch.float32)
+    return cast_copy(critic)
 
 
 def improve(parts: Components, book: RunBook, weights: Weights, iteration: int, train_ids) -> torch.nn.Module:

@@ -251,7 +251,7 @@ def test_the_frozen_base_critic_is_kept_in_the_engines_dtype(tiny, make_cfg):
     parts = build(make_cfg("+experiment=smoke", "iterations=2", "critic_model=base"))
     try:
         for dtype in ("float32", "bfloat16"):
-            frozen = frozen_base(parts, model, HFEngine(model, tokenizer, dtype=dtype))
+            frozen = frozen_base(parts, Weights(model, tokenizer, engine=HFEngine(model, tokenizer, dtype=dtype)).critic)
             assert frozen is not model and next(frozen.parameters()).dtype == getattr(torch, dtype)
             assert not any(p.requires_grad for p in frozen.parameters())
     finally:

@@ -20,6 +20,7 @@ by that value (Eq. 11), so two questions decide whether its data can help:
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from itertools import combinations
 from statistics import fmean
@@ -105,16 +106,15 @@ def sft_sources(examples: Iterable[Any]) -> dict[str, int]:
     """SFT examples by source ("success", "good", ...); revisions split by splice point
     ("revision_judged", "revision_fallback"); "good_success": the "good" ones that
     succeeded. Other examples are ignored."""
-    counts: dict[str, int] = {}
+    counts: Counter[str] = Counter()
     for example in examples:
         if isinstance(example, SFTExample):
             source = example.source
             if source == "revision":
                 source = f"revision_{example.info['revision_point']}"
-            counts[source] = counts.get(source, 0) + 1
-            if source == "good" and example.info.get("success"):
-                counts["good_success"] = counts.get("good_success", 0) + 1
-    return counts
+            counts[source] += 1
+            counts["good_success"] += source == "good" and bool(example.info.get("success"))
+    return {source: n for source, n in counts.items() if n}
 
 
 def search_diagnostics(results: Sequence[SearchResult], examples: Sequence[Any]) -> dict[str, Any]:

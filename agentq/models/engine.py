@@ -110,9 +110,11 @@ class HFEngine:
         pass
 
 
-def cast_copy(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
-    """A frozen copy of ``model`` in ``dtype``, for inference only (the original is untouched)."""
-    cast = copy.deepcopy(model).to(dtype).eval()
+def cast_copy(model: torch.nn.Module, dtype: torch.dtype | None = None) -> torch.nn.Module:
+    """A frozen copy of ``model`` (in ``dtype``; None: its own), for inference only (the original is untouched)."""
+    cast = copy.deepcopy(model).eval()
+    if dtype is not None:
+        cast.to(dtype)
     cast.requires_grad_(False)
     return cast
 
