@@ -48,6 +48,8 @@ class RunBook:
         if not resuming:
             layout.root.mkdir(parents=True, exist_ok=True)
             layout.config.write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        elif removed := layout.remove_partial_writes():
+            log.info("removed %d file(s) the killed run had not finished writing", removed)
         if cfg.get("threads"):
             torch.set_num_threads(int(cfg.threads))
         seed_everything(cfg.seed, env)

@@ -224,7 +224,7 @@ def check_engine(cfg: DictConfig, engine_cls) -> None:
     if concurrent and not engine_cls.batches:
         raise IncompatibleConfig(
             f"{' and '.join(concurrent)} > 1 runs searches side by side so that one engine batches their "
-            f"model calls, and engine {name} serves one request at a time: use engine=openvino, or set them to 1"
+            f"model calls, and engine {name} serves one request at a time: use engine=hf_batched, or set them to 1"
         )
     if cfg.get("workers", 1) > 1 and engine_cls.batches:
         raise IncompatibleConfig(

@@ -103,10 +103,21 @@ class RunLayout:
     def episode(self, iteration: int, mode: str, task_id: Any) -> Path:
         return task_file(self.episodes(iteration, mode), task_id)
 
+    def remove_partial_writes(self) -> int:
+        """Delete what :func:`atomic_write_text` had not finished when the run was killed
+        (the file it was writing was never replaced, so nothing is lost); how many."""
+        partial = list(self.root.rglob(f".*{PARTIAL_SUFFIX}"))
+        for path in partial:
+            path.unlink(missing_ok=True)
+        return len(partial)
+
+
+PARTIAL_SUFFIX = ".tmp"  # a file being written; renamed onto its name when complete
+
 
 def atomic_write_text(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=PARTIAL_SUFFIX)
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)

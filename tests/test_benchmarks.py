@@ -104,3 +104,29 @@ def test_the_bf16_engine_row_needs_both_speedups_and_the_greedy_commands():
     assert slow.met is False and slow.reason == "MCTS below 1.5x"
     flipped = run_all.engine_hf_bf16_row(hf_dtype_results(2.0, 2.0, 44))
     assert flipped.met is False and "near-tied greedy tokens" in flipped.reason
+
+
+def batched_results(hf_rate: float, batched_rate: float, commands: int) -> dict:
+    def side(rate, concurrency, engine=None):
+        out = {"sims_per_min": rate, "sims_per_cpu_min": rate, "episodes_per_min": rate, "steps_per_min": rate,
+               "goals": 4 * concurrency, "concurrency": concurrency, "avg_steps": 5.0, "avg_reward": 0.4,
+               "load_average": [2.0, 2.0]}  # fmt: skip
+        return out | ({"engine": engine} if engine else {})
+
+    engine = {"seconds": {"shared_steps": 30.0, "prefill": 60.0, "critic": 10.0}}
+    ratio = batched_rate / hf_rate
+    return {
+        "agreement": {"states": 50, "identical_completions": commands, "identical_commands": commands, "mean_logprob_gap": 1e-5},
+        "mcts": {"hf": side(hf_rate, 1), "hf_batched": side(batched_rate, 16, engine), "ratio_cpu": ratio, "ratio_wall": ratio},
+        "eval": {"hf": side(hf_rate, 1), "hf_batched": side(batched_rate, 16, engine), "ratio": ratio, "ratio_steps": ratio},
+    }
+
+
+def test_the_batched_engine_rows_judge_the_ratios_and_say_where_the_time_went():
+    fast, slow = batched_results(2.0, 25.0, 50), batched_results(2.0, 8.0, 44)
+    assert run_all.batched_mcts_row(fast).met and run_all.batched_eval_row(fast).met
+    row = run_all.batched_mcts_row(slow)
+    assert (row.ratio, row.met) == ("4.0x per CPU-min, 4.0x wall", False)
+    assert "prefill 60%, shared_steps 30%, critic 10%" in row.reason
+    assert run_all.batched_eval_row(slow).met is False
+    assert run_all.batched_agreement_row(fast).met and not run_all.batched_agreement_row(slow).met

@@ -18,6 +18,7 @@ from tests.conftest import CONF, ROOT
 from tests.test_resume import ENV, _run_py, kill_when, resume, snapshot
 
 OPENVINO = ["+experiment=smoke", "engine=openvino", "agent.sampling.temperature=1.0"]
+HF_BATCHED = ["+experiment=smoke", "engine=hf_batched"]
 
 
 def _run(run_dir: Path, *overrides: str) -> dict:
@@ -50,21 +51,33 @@ def records(folder: Path) -> dict[str, dict]:
     return records
 
 
+BUDGETS = ["collect.num_tasks=8", "eval.num_tasks=8", "eval.search_modes=[committed]", "trainer.lightning.max_epochs=1"]
+FOLDERS = ("iter_001/collect", "iter_000/eval/zero_shot", "iter_000/eval/committed", "iter_001/eval/committed")
+
+
 @pytest.mark.slow
 def test_the_same_seeded_searches_at_concurrency_1_and_8_give_the_same_trees_and_episodes(tmp_path):
-    budgets = [
-        "collect.num_tasks=8", "eval.num_tasks=8", "eval.search_modes=[committed]", "trainer.lightning.max_epochs=1",
-        f"engine.cache_dir={tmp_path / 'cache'}",
-    ]  # fmt: skip
+    budgets = [*BUDGETS, f"engine.cache_dir={tmp_path / 'cache'}"]
     _run(tmp_path / "one", *OPENVINO, *budgets)
     # The engine served the base, then the trained policy: one GGUF file per set of weights.
     assert len(list((tmp_path / "cache" / "gguf").glob("*.gguf"))) == 2
     summary = _run(tmp_path / "eight", *OPENVINO, *budgets, "collect.concurrency=8", "eval.concurrency=8")
     assert summary["decoding"] == {"engine": "OpenVINOEngine", "dpo_reference": "the trainer's forward pass"}
-    for folder in ("iter_001/collect", "iter_000/eval/zero_shot", "iter_000/eval/committed", "iter_001/eval/committed"):
+    for folder in FOLDERS:
         one, eight = records(tmp_path / "one" / folder), records(tmp_path / "eight" / folder)
         assert len(one) == 8, folder
         assert same(one, eight) == [], folder
+
+
+@pytest.mark.slow
+def test_shared_decode_steps_give_the_same_trees_and_episodes_bitwise_at_concurrency_1_and_8(tmp_path):
+    _run(tmp_path / "one", *HF_BATCHED, *BUDGETS)
+    summary = _run(tmp_path / "eight", *HF_BATCHED, *BUDGETS, "collect.concurrency=8", "eval.concurrency=8")
+    assert summary["decoding"] == {"engine": "BatchedHFEngine", "dpo_reference": "the trainer's forward pass"}
+    for folder in FOLDERS:
+        one, eight = records(tmp_path / "one" / folder), records(tmp_path / "eight" / folder)
+        assert len(one) == 8, folder
+        assert one == eight, folder  # floats included: every weight product has the same rows
 
 
 def test_a_failing_lane_stops_the_others_after_their_task_and_keeps_what_finished():
@@ -97,8 +110,9 @@ def test_lanes_cover_every_task_once():
 
 
 @pytest.mark.slow
-def test_a_killed_concurrent_collection_resumes_without_redoing_finished_tasks(tmp_path):
-    overrides = [*OPENVINO, "collect.num_tasks=6", "collect.concurrency=3", "eval.base=false"]
+@pytest.mark.parametrize("engine", [OPENVINO, HF_BATCHED], ids=["openvino", "hf_batched"])
+def test_a_killed_concurrent_collection_resumes_without_redoing_finished_tasks(tmp_path, engine):
+    overrides = [*engine, "collect.num_tasks=6", "collect.concurrency=3", "eval.base=false"]
     reference = tmp_path / "reference"
     subprocess.run(_run_py(*overrides, f"hydra.run.dir={reference}"), cwd=ROOT, env=ENV, check=True, capture_output=True, timeout=900)
 

@@ -7,7 +7,7 @@ import torch
 
 from agentq.critic.ranking import LLMRankingCritic
 from agentq.models import TinyRandomModel, sample_k
-from agentq.models.prefix_cache import PrefixCache
+from agentq.models.prefix_cache import Preambles, PrefixCache
 from agentq.records.history import History
 
 
@@ -204,3 +204,53 @@ def test_ranking_critic_ranks_as_without_the_cache(tiny):
     # Later rounds of a ranking, and later rankings at the node, run only the listing.
     assert cached.prefix_cache.reused_tokens > 2 * cached.prefix_cache.computed_tokens
     assert plain.prefix_cache.reused_tokens == 0
+
+
+class CountingModel(torch.nn.Module):
+    """The model, counting the positions it computes."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model, self.positions = model, 0
+
+    def forward(self, input_ids, **kwargs):
+        self.positions += input_ids.shape[1]
+        return self.model(input_ids=input_ids, **kwargs)
+
+    def get_input_embeddings(self):
+        return self.model.get_input_embeddings()
+
+
+def test_preambles_are_computed_once_and_serve_every_tasks_first_prompt(tiny):
+    model, tokenizer = tiny
+    counting = CountingModel(model)
+    system = chat(tokenizer)[:-3]  # the system turn, without the opened assistant turn
+    preambles = Preambles([system, system[:10]])
+    tasks = [chat(tokenizer, f"Instruction: task {i}. Search page.") for i in range(3)]
+    assert all(t[: len(system)] == system for t in tasks)
+    caches = [PrefixCache(preambles=preambles) for _ in tasks]  # one per lane
+    for cache, ids in zip(caches, tasks, strict=True):
+        cache.clear()  # a new task: the tree is empty, the preambles stay
+        _, logits = cache.prefill(counting, ids)
+        torch.testing.assert_close(logits, full_forward(model, ids), rtol=1e-4, atol=1e-4)
+        assert cache.reused_tokens == len(system)
+    # The preamble ran once, alone; each task ran only its own tokens.
+    assert counting.positions == len(system) + sum(len(t) - len(system) for t in tasks)
+    # Whichever cache computed it, a task's logits are the same computation.
+    again = PrefixCache(preambles=preambles).prefill(counting, tasks[1])[1]
+    assert torch.equal(again, PrefixCache(preambles=preambles).prefill(counting, tasks[1])[1])
+
+
+def test_a_prompt_without_a_preamble_and_another_model_get_no_stale_keys(tiny):
+    model, tokenizer = tiny
+    system = chat(tokenizer)[:-3]
+    preambles = Preambles([system])
+    other_prompt = list(reversed(system)) + [5, 6]
+    cache = PrefixCache(preambles=preambles)
+    cache.prefill(model, other_prompt)
+    assert cache.reused_tokens == 0
+    other = TinyRandomModel(seed=1).load()[0]
+    ids = chat(tokenizer, "Instruction: a lamp.")
+    PrefixCache(preambles=preambles).prefill(model, ids)
+    _, logits = PrefixCache(preambles=preambles).prefill(other, ids)
+    torch.testing.assert_close(logits, full_forward(other, ids), rtol=1e-4, atol=1e-4)

@@ -39,3 +39,20 @@ def test_templates_are_not_shown_to_the_model():
     assert "search[...]" not in user and "Valid commands" not in user
     user = PromptBuilder()(History("o", valid_actions=("search[...]", "click[x]")))[-1]["content"]
     assert "click[x]" in user and "search[...]" not in user
+
+
+def test_a_policys_preambles_begin_its_prompts_at_first_and_later_steps():
+    from agentq.agent.grounding import Grounder
+    from agentq.agent.policy import LLMPolicy, Sampling
+    from agentq.models import TinyRandomModel
+
+    model, tokenizer = TinyRandomModel().load()
+    examples = [{"observation": "Search page.", "action": "THOUGHT: search.\nCOMMAND: search[lamp]"}]
+    prompt = PromptBuilder(env_instructions="Commands: search[...], click[...]", examples=examples)
+    policy = LLMPolicy(model, tokenizer, prompt=prompt, grounder=Grounder(), sampling=Sampling())
+    first = policy.encode(prompt(History("Instruction: a red lamp. Search page.")))
+    later = policy.encode(prompt(History("Results.", previous=("THOUGHT: go.\nCOMMAND: search[red lamp]",))))
+    shared = policy.preambles.prompts
+    assert len(shared) == 2 and all(len(p) > 50 for p in shared)
+    assert any(first[: len(p)] == list(p) for p in shared) and any(later[: len(p)] == list(p) for p in shared)
+    assert policy.fork().preambles is policy.preambles

@@ -15,6 +15,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from agentq.layout import RunLayout, read_json, write_json
 from tests.conftest import ROOT, fit_tiny_dpo
 from tests.test_loop import check_summary
 
@@ -333,3 +334,15 @@ def test_grouped_epochs_keep_each_group_together_resume_inside_it_and_split_rank
     assert sum(list(restarted), []) == order[3:]
     with pytest.raises(ValueError, match="grouped=True"):
         data.ResumableLoader(list(range(10)), batch_size=3, collate_fn=list, seed=5).load_state_dict(state)
+
+
+def test_resuming_removes_only_the_files_a_killed_writer_left_half_written(tmp_path):
+    layout = RunLayout(tmp_path)
+    done = layout.collect(1) / "task_3.json"
+    write_json(done, {"reward": 1.0})
+    partial = layout.collect(1) / ".task_4.json.x1y2.tmp"  # as atomic_write_text names it while writing
+    partial.write_text('{"rew')
+    kept = tmp_path / "notes.tmp"  # not one of ours: no leading dot
+    kept.write_text("mine")
+    assert layout.remove_partial_writes() == 1
+    assert not partial.exists() and read_json(done) == {"reward": 1.0} and kept.exists()

@@ -17,7 +17,7 @@ from agentq.agent.constrained import CommandConstraint, TokenTable
 from agentq.agent.grounding import Grounder
 from agentq.agent.prompt import PromptBuilder
 from agentq.models.engine import Engine, HFEngine
-from agentq.models.prefix_cache import PrefixCache
+from agentq.models.prefix_cache import Preambles, PrefixCache
 from agentq.records.action import Candidate
 from agentq.records.history import History, Messages
 
@@ -87,10 +87,20 @@ class LLMPolicy:
         grounder: maps commands onto the env's valid actions.
         sampling: decoding settings.
         engine: decodes (:mod:`agentq.models.engine`); None: the HF engine on ``model``.
+        preambles: the prompt beginnings every task shares, with their cached keys and
+            values (a fork shares its parent's); None: made from ``prompt``.
     """
 
     def __init__(
-        self, model, tokenizer, *, prompt: PromptBuilder, grounder: Grounder, sampling: Sampling, engine: Engine | None = None
+        self,
+        model,
+        tokenizer,
+        *,
+        prompt: PromptBuilder,
+        grounder: Grounder,
+        sampling: Sampling,
+        engine: Engine | None = None,
+        preambles: Preambles | None = None,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
@@ -100,19 +110,31 @@ class LLMPolicy:
         self.eos_token_ids = eos_token_ids(tokenizer)
         self.num_calls = 0  # model calls, for reporting search budgets
         self._token_table: TokenTable | None = None
-        # Prompts share the system message, demonstrations and earlier actions.
-        self.prefix_cache = PrefixCache(enabled=sampling.reuse_prefix_cache, max_tokens=sampling.prefix_cache_tokens)
+        # Prompts share the system message, demonstrations and earlier actions; every
+        # task's first prompts share the first two (with and without the plan line).
+        if preambles is None:
+            preambles = Preambles([self.encode_preamble(prompt.preamble(first)) for first in (True, False)])
+        self.preambles = preambles
+        self.prefix_cache = PrefixCache(
+            enabled=sampling.reuse_prefix_cache, max_tokens=sampling.prefix_cache_tokens, preambles=preambles
+        )
         self.engine = engine if engine is not None else HFEngine(model, tokenizer)
 
     def fork(self) -> LLMPolicy:
         """The same policy and engine with caches and counters of its own, for a search
         that runs beside this one (its prompt cache is scoped to its own tasks)."""
         return LLMPolicy(
-            self.model, self.tokenizer, prompt=self.prompt, grounder=self.grounder, sampling=self.sampling, engine=self.engine
-        )
+            self.model, self.tokenizer, prompt=self.prompt, grounder=self.grounder, sampling=self.sampling,
+            engine=self.engine, preambles=self.preambles,
+        )  # fmt: skip
 
     def encode(self, messages: Messages) -> list[int]:
         return encode_chat(self.tokenizer, messages, self.sampling.max_prompt_tokens)
+
+    def encode_preamble(self, messages: Messages) -> list[int]:
+        """The tokens every prompt that starts with ``messages`` starts with (no assistant turn opened)."""
+        ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=False, tokenize=True)
+        return list(ids if isinstance(ids, list) else ids["input_ids"])
 
     def propose(
         self, history: History, k: int, *, greedy: bool = False, generator: torch.Generator | None = None

@@ -52,13 +52,17 @@ class PromptBuilder:
         return text
 
     def __call__(self, history: History) -> Messages:
-        messages = [{"role": "system", "content": self.system(first_step=not history.previous)}]
+        return [*self.preamble(first_step=not history.previous), {"role": "user", "content": self.user_turn(history)}]
+
+    def preamble(self, first_step: bool) -> Messages:
+        """What every task's prompts at a first (or later) step begin with: the system
+        message and the demonstrations."""
+        messages = [{"role": "system", "content": self.system(first_step=first_step)}]
         for example in self.examples:
             valid = example.get("valid_actions")
             shown = History(example["observation"], valid_actions=None if valid is None else tuple(valid))
             messages.append({"role": "user", "content": self.user_turn(shown)})
             messages.append({"role": "assistant", "content": example["action"].strip()})
-        messages.append({"role": "user", "content": self.user_turn(history)})
         return messages
 
     def user_turn(self, history: History) -> str:

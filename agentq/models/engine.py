@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import copy
 import threading
-from collections.abc import Collection, Sequence
-from typing import Protocol
+from collections.abc import Callable, Collection, Sequence
+from typing import Any, Protocol
 
 import torch
 
@@ -56,6 +56,8 @@ class Engine(Protocol):
         constraint: DecodeConstraint | None = None,
         prefix_cache: PrefixCache | None = None,
     ) -> list[Sample]: ...
+
+    def run(self, fn: Callable[[], Any]) -> Any: ...  # fn() where it cannot fight the engine's compute
 
     def close(self) -> None: ...
 
@@ -106,6 +108,11 @@ class HFEngine:
                 constraint=constraint, prefix_cache=prefix_cache,
             )  # fmt: skip
 
+    def run(self, fn: Callable[[], Any]) -> Any:
+        """``fn()`` between this engine's requests (the critic's forwards, under the same lock)."""
+        with self._lock:
+            return fn()
+
     def close(self) -> None:
         pass
 
@@ -128,16 +135,16 @@ def request_seed(generator: torch.Generator | None) -> int | None:
 
 
 class Serialized:
-    """A model whose forward passes hold a lock: the critic's and the judge's torch
-    model, shared by concurrent searches (attributes pass through)."""
+    """A model whose forward passes go through ``run`` (an engine's :meth:`~Engine.run`):
+    the critic's and the judge's torch model, shared by concurrent searches, takes
+    turns with the engine's own model calls (attributes pass through)."""
 
-    def __init__(self, model: torch.nn.Module, lock: threading.Lock | None = None) -> None:
+    def __init__(self, model: torch.nn.Module, run: Callable[[Callable[[], Any]], Any]) -> None:
         self.__dict__["_model"] = model
-        self.__dict__["_lock"] = lock or threading.Lock()
+        self.__dict__["_run"] = run
 
     def __call__(self, *args, **kwargs):
-        with self._lock:
-            return self._model(*args, **kwargs)
+        return self._run(lambda: self._model(*args, **kwargs))
 
     def __getattr__(self, name: str):
         return getattr(self._model, name)

@@ -56,9 +56,10 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Future
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -129,6 +130,7 @@ class OpenVINOEngine:
         self._thread: threading.Thread | None = None
         self.served: Path | None = None  # the GGUF file of the weights being served
         self._warned_regex = False
+        self._torch_lock = threading.Lock()
         self.serve(model)
 
     @staticmethod
@@ -288,6 +290,12 @@ class OpenVINOEngine:
                 items.append(self._requests.get_nowait())
             except queue.Empty:
                 return items
+
+    def run(self, fn: Callable[[], Any]) -> Any:
+        """``fn()`` (the critic's torch forwards) one at a time; the pipeline's own
+        threads run beside it."""
+        with self._torch_lock:
+            return fn()
 
     def close(self) -> None:
         """Stop the dispatcher (requests still running fail) and drop the pipeline."""

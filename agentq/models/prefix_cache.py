@@ -25,6 +25,13 @@ The cache holds keys and values computed by one set of weights: a
 it; the loop builds new ones after every training phase (and the cache clears
 itself if it is handed another model object).
 
+Caches are scoped to one task (``agentq.agent.policy.forget_prompts``), so
+each task would prefill the system message and demonstrations again (two
+~1,000-token prompts per WebShop task: the first step's system message
+differs). :class:`Preambles` holds those beginnings, computed once per model,
+alone, and shared by every task's cache: a task's result still depends on its
+own prompts only, because a preamble is always the same computation.
+
 Memory: SmolLM2-135M in fp32 stores 30 layers x 3 KV heads x 64 dims x 2 (K
 and V) x 4 bytes = 46,080 bytes per token, so the default 8,192 tokens hold
 up to about 380 MB.
@@ -33,6 +40,7 @@ up to about 380 MB.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -76,7 +84,11 @@ class PrefixCache:
     """
 
     def __init__(
-        self, enabled: bool = True, max_tokens: int = 8192, max_leaves: int | None = None
+        self,
+        enabled: bool = True,
+        max_tokens: int = 8192,
+        max_leaves: int | None = None,
+        preambles: Preambles | None = None,
     ) -> None:
         if max_tokens < 1:
             raise ValueError(f"PrefixCache: max_tokens must be >= 1, got {max_tokens}")
@@ -84,6 +96,7 @@ class PrefixCache:
             raise ValueError(f"PrefixCache: max_leaves must be >= 1 or None, got {max_leaves}")
         self.enabled = enabled
         self.max_tokens, self.max_leaves = max_tokens, max_leaves
+        self.preambles = preambles
         self.reused_tokens = 0
         self.computed_tokens = 0
         self.evicted_tokens = 0
@@ -117,8 +130,13 @@ class PrefixCache:
         path, matched = self._match(ids)
         # At least the last token is recomputed: its logits start the decode.
         reused = min(matched, len(ids) - 1)
+        shared, kv = self.preambles.match(model, ids) if self.preambles else (0, [])
+        if min(shared, len(ids) - 1) > reused:  # the task's tree holds less of it than a preamble
+            reused = min(shared, len(ids) - 1)
+            past = _cache_of(kv, reused)
+        else:
+            past = self._assemble(path, reused) if reused else None  # None: the model makes its own
         new = torch.tensor([ids[reused:]], dtype=torch.long, device=device)  # (1, P - reused)
-        past = self._assemble(path, reused) if reused else None  # None: the model makes its own
         out = model(input_ids=new, past_key_values=past, use_cache=True, logits_to_keep=1)
         cache = out.past_key_values
         self.reused_tokens += reused
@@ -229,6 +247,49 @@ class PrefixCache:
     def num_bytes(self) -> int:
         """Bytes of the keys and values held in the tree."""
         return sum(k.nbytes + v.nbytes for node in self._nodes() for k, v in node.kv)
+
+
+class Preambles:
+    """Beginnings of prompts that every task shares (the system message and the
+    demonstrations), with their keys and values computed once per model, each alone.
+
+    Shared by the caches of all lanes of a policy (read only; a cache built from
+    them copies). A prompt that starts with one reuses it; which prompt computed it
+    first does not matter, since it is always the same forward pass.
+    """
+
+    def __init__(self, prompts: Sequence[Sequence[int]]) -> None:
+        self.prompts = sorted({tuple(p) for p in prompts if p}, key=len, reverse=True)  # longest first
+        self._kv: dict[tuple[int, ...], list[tuple[Tensor, Tensor]]] = {}
+        self._model = None
+        self._lock = threading.Lock()
+
+    @torch.no_grad()
+    def match(self, model, ids: Sequence[int]) -> tuple[int, list[tuple[Tensor, Tensor]]]:
+        """The longest preamble ``ids`` starts with: its length and per-layer keys and
+        values (0 and [] when none)."""
+        preamble = next((p for p in self.prompts if len(p) <= len(ids) and tuple(ids[: len(p)]) == p), None)
+        if preamble is None:
+            return 0, []
+        with self._lock:
+            if model is not self._model:  # keys and values of other weights are worthless
+                self._kv, self._model = {}, model
+            if preamble not in self._kv:
+                device = model.get_input_embeddings().weight.device
+                out = model(input_ids=torch.tensor([preamble], device=device), use_cache=True, logits_to_keep=1)
+                if not _plain(out.past_key_values):
+                    self.prompts = []  # as the tree: no reuse for caches that drop positions
+                    return 0, []
+                self._kv[preamble] = [(c.keys, c.values) for c in out.past_key_values.layers]
+            return len(preamble), self._kv[preamble]
+
+
+def _cache_of(kv: list[tuple[Tensor, Tensor]], length: int) -> DynamicCache:
+    """A new cache holding (copies of) the first ``length`` positions of ``kv``."""
+    cache = DynamicCache()
+    for layer, (keys, values) in enumerate(kv):
+        cache.update(keys[..., :length, :].clone(), values[..., :length, :].clone(), layer)
+    return cache
 
 
 def _plain(cache) -> bool:

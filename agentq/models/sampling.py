@@ -18,14 +18,14 @@ Eq. 1), stored with the data as the DPO reference log-prob; it equals what
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Generator, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from agentq.models.prefix_cache import PrefixCache
 
@@ -115,13 +115,68 @@ def sample_k(
     Returns:
         ``k`` samples, in draw order.
     """
+    program = decode(
+        prompt_ids, k, tokenizer=tokenizer, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+        eos_token_ids=eos_token_ids, generator=generator, constraint=constraint, prefix_cache=prefix_cache,
+        jump_forward=jump_forward, device=model.get_input_embeddings().weight.device,
+    )  # fmt: skip
+    reply = None
+    while True:
+        try:
+            call = program.send(reply)
+        except StopIteration as finished:
+            return finished.value
+        reply = call.run(model)
+
+
+@dataclass(frozen=True)
+class Prefill:
+    """A model call a decode program asks for: the prompt's cache and last logits (1, V)."""
+
+    prompt_ids: Sequence[int]
+    prefix_cache: PrefixCache | None
+
+    def run(self, model) -> tuple[DynamicCache, Tensor]:
+        return (self.prefix_cache or PrefixCache(enabled=False)).prefill(model, self.prompt_ids)
+
+
+@dataclass(frozen=True)
+class Step:
+    """A model call a decode program asks for: ``ids`` (A, T) run on ``cache``
+    (which grows by them); the reply is their logits (A, T, V)."""
+
+    cache: DynamicCache
+    ids: Tensor
+
+    def run(self, model) -> Tensor:
+        return model(input_ids=self.ids, past_key_values=self.cache, use_cache=True).logits
+
+
+def decode(
+    prompt_ids: Sequence[int],
+    k: int,
+    *,
+    tokenizer: PreTrainedTokenizerBase,
+    max_new_tokens: int,
+    temperature: float,
+    top_p: float,
+    eos_token_ids: Collection[int],
+    generator: torch.Generator | None,
+    constraint: DecodeConstraint | None,
+    prefix_cache: PrefixCache | None,
+    jump_forward: bool,
+    device: torch.device,
+) -> Generator[Prefill | Step, Any, list[Sample]]:
+    """:func:`sample_k` as a program that yields its model calls (:class:`Prefill`,
+    :class:`Step`) and is sent their results: whoever runs it decides how the calls
+    are computed (one at a time, or a step shared with other programs,
+    :class:`agentq.models.batched_engine.BatchedHFEngine`). Returns the samples."""
     _check_arguments(k, max_new_tokens, temperature, top_p, prompt_ids)
-    device = model.get_input_embeddings().weight.device
     eos = torch.tensor(sorted(eos_token_ids), dtype=torch.long, device=device)  # (E,)
 
     # One prefill (of the tokens not shared with the previous prompt); only
     # the last position's logits are needed.
-    cache, last_logits = (prefix_cache or PrefixCache(enabled=False)).prefill(model, prompt_ids)
+    cache, last_logits = yield Prefill(prompt_ids, prefix_cache)
     cache.batch_repeat_interleave(k)
     logits = last_logits.float().expand(k, -1)  # (A, V), A = sequences still decoding
     batch = _Batch.empty(k, max_new_tokens)
@@ -149,21 +204,22 @@ def sample_k(
             keep = (~stopped).nonzero().squeeze(1)  # (A',)
             cache.batch_select_indices(keep)
             batch.alive, next_ids = batch.alive[keep.cpu()], next_ids[keep]
-        logits, step, done = _forward(model, cache, next_ids, batch, constraint if jump_forward else None, step, max_new_tokens)
+        logits, step, done = yield from _forward(
+            cache, next_ids, batch, constraint if jump_forward else None, step, max_new_tokens
+        )
         if done:
             break
     return batch.samples(tokenizer)
 
 
 def _forward(
-    model: PreTrainedModel,
     cache,
     next_ids: Tensor,
     batch: _Batch,
     constraint: DecodeConstraint | None,
     step: int,
     max_new_tokens: int,
-) -> tuple[Tensor, int, bool]:
+) -> Generator[Step, Tensor, tuple[Tensor, int, bool]]:
     """Run the chosen tokens (A,) through the model: (next logits (A, V), next step, done).
 
     Jump forward: when a lone sample's next tokens are forced (the rest of a command
@@ -176,12 +232,12 @@ def _forward(
         run = torch.cat([next_ids, torch.tensor(forced, dtype=torch.long, device=next_ids.device)])[None]  # (1, 1 + F)
     else:
         run = next_ids[:, None]  # (A, 1)
-    out = model(input_ids=run, past_key_values=cache, use_cache=True)
-    logits = out.logits[:, -1].float()  # (A, V)
+    out_logits = yield Step(cache, run)  # (A, T, V)
+    logits = out_logits[:, -1].float()  # (A, V)
     if not forced:
         return logits, step, False
     sample = int(batch.alive[0])
-    scores = torch.log_softmax(out.logits[0, :-1].float(), dim=-1)  # (F, V)
+    scores = torch.log_softmax(out_logits[0, :-1].float(), dim=-1)  # (F, V)
     batch.record_forced(sample, step, forced, scores.gather(1, run[0, 1:, None]).sum().cpu())
     step += len(forced)
     return logits, step, step == max_new_tokens or constraint.exhausted(sample)

@@ -169,6 +169,10 @@ class VLLMEngine:
     def serve(self, model) -> None:
         push_weights(self.llm, model)
 
+    def run(self, fn):
+        """``fn()``: requests are one at a time here, so nothing runs beside it."""
+        return fn()
+
     def close(self) -> None:
         pass  # the engine is kept for the process's next run
 

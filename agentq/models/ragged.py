@@ -1,0 +1,140 @@
+"""One decode step for many requests at once, each on its own KV cache.
+
+Decoding one token of a 135M model on a CPU costs about as much at batch 16
+as at batch 1: every step reads all the weights, and the arithmetic of a
+matrix-vector product is too little to fill the cores. Requests from
+concurrent searches therefore share their decode steps. Their caches differ
+in length (each search is at its own depth), so they cannot be stacked into
+one padded batch without copying every cache at every step. Here only what
+is the same for every row runs as one batch (the projections, the MLP, the
+norms, the output embedding: all the weights) and attention runs per request
+against that request's own cache, through the model's own attention function.
+
+For one request this is exactly the model's forward (the same modules, the
+same attention call, the same cache update); for several, each request's
+logits equal its own forward's to float noise (a matrix product's rounding
+may depend on how many rows it has: tests/test_batched_engine.py).
+
+Supported: decoder layers of the Llama kind (pre-norm, rotary q/k, one
+``self_attn`` with ``q/k/v/o_proj`` and an ``mlp``), which covers Llama,
+SmolLM2, Mistral and Qwen2 without sliding windows. :func:`check_supported`
+refuses the rest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from transformers import DynamicCache
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.models.llama.modeling_llama import apply_rotary_pos_emb, eager_attention_forward
+
+from agentq.models.logprobs import decoder_and_head
+
+SUPPORTED = ("llama", "mistral", "qwen2")
+
+
+def check_supported(model: torch.nn.Module) -> None:
+    """Raise ValueError unless :func:`decode_step` computes ``model``'s forward."""
+    decoder, _ = decoder_and_head(model)
+    config = decoder.config
+    kind = getattr(config, "model_type", "?")
+    if kind not in SUPPORTED or getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True):
+        raise ValueError(
+            f"engine hf_batched shares decode steps only for models of kind {', '.join(SUPPORTED)} without a "
+            f"sliding window (this one: {kind}): use engine=hf"
+        )
+
+
+@torch.no_grad()
+def decode_step(
+    model: torch.nn.Module, requests: Sequence[tuple[DynamicCache, Tensor]], rows: int | None = None
+) -> list[Tensor]:
+    """Run one new token per row of every request; each cache grows by it.
+
+    Args:
+        model: a causal LM of a supported kind (or a peft model of one).
+        requests: per request, its cache (A_i rows, any length) and its next
+            token ids (A_i,).
+        rows: every weight multiplication takes exactly this many rows (the
+            batch padded, and cut in blocks of it), so a row's result does not
+            depend on how many rows ran beside it; None: one block of all rows
+            (one request alone is then exactly the model's forward).
+
+    Returns:
+        per request, the logits (A_i, V) of the position just run.
+    """
+    decoder, head = decoder_and_head(model)
+    sizes = [len(ids) for _, ids in requests]
+    ids = torch.cat([ids for _, ids in requests])  # (B,)
+    # Each row's position is its cache's length: the request's own sequence.
+    positions = torch.cat(
+        [torch.full((n,), cache.get_seq_length(), dtype=torch.long) for (cache, _), n in zip(requests, sizes, strict=False)]
+    ).to(ids.device)
+    pad = (-len(ids)) % rows if rows else 0
+    ids, positions = F.pad(ids, (0, pad)), F.pad(positions, (0, pad))  # padding rows: token 0 at position 0
+
+    def blocks(fn, x: Tensor) -> Tensor:
+        return torch.cat([fn(block) for block in x.split(rows)]) if rows else fn(x)
+
+    hidden = decoder.embed_tokens(ids[:, None])  # (P, 1, H)
+    cos, sin = decoder.rotary_emb(hidden, position_ids=positions[:, None])
+    for layer in decoder.layers[: decoder.config.num_hidden_layers]:
+        residual = hidden
+        hidden = residual + _attention(layer, hidden, cos, sin, requests, sizes, blocks)
+        residual = hidden
+        hidden = residual + blocks(lambda h, layer=layer: layer.mlp(layer.post_attention_layernorm(h)), hidden)
+    logits = blocks(lambda h: head(decoder.norm(h)), hidden)[: sum(sizes), -1]  # (B, V)
+    return list(logits.split(sizes))
+
+
+def _attention(layer, hidden: Tensor, cos: Tensor, sin: Tensor, requests, sizes: list[int], blocks) -> Tensor:
+    """The attention block for all rows: projections in blocks, attention per request."""
+    attn = layer.self_attn
+    shape = (hidden.shape[0], 1, -1, attn.head_dim)
+    normed = blocks(layer.input_layernorm, hidden)
+    query = blocks(attn.q_proj, normed).view(shape).transpose(1, 2)  # (P, heads, 1, D)
+    key = blocks(attn.k_proj, normed).view(shape).transpose(1, 2)  # (P, kv heads, 1, D)
+    value = blocks(attn.v_proj, normed).view(shape).transpose(1, 2)
+    query, key = apply_rotary_pos_emb(query, key, cos, sin)
+    attend = ALL_ATTENTION_FUNCTIONS.get_interface(attn.config._attn_implementation, eager_attention_forward)
+    outputs, start = [], 0
+    for (cache, _), n in zip(requests, sizes, strict=False):
+        rows = slice(start, start + n)
+        keys, values = _append(cache.layers[attn.layer_idx], key[rows], value[rows])
+        # One query per row, no padding: the model's own forward passes no mask either.
+        out, _ = attend(attn, query[rows], keys, values, None, dropout=0.0, scaling=attn.scaling)
+        outputs.append(out.reshape(n, 1, -1))  # (A_i, 1, heads * D)
+        start += n
+    padding = hidden.new_zeros(hidden.shape[0] - start, 1, outputs[0].shape[-1])
+    return blocks(attn.o_proj, torch.cat([*outputs, padding]))
+
+
+GROW = 64  # positions reserved at a time past a cache's end
+
+
+def _append(layer, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
+    """``DynamicLayer.update`` for one new position, without copying the whole cache.
+
+    The layer's own update concatenates, copying every cached position at every
+    step (for a 1,000-token prompt most of a shared step's time). Here the keys and
+    values live in a buffer with room for ``GROW`` more positions, and the layer
+    holds views of its filled part; whatever replaces them (a row selection, the
+    model's own forward) leaves the buffer stale, and the next append starts a new one.
+    """
+    length = layer.keys.shape[-2]
+    reserve = getattr(layer, "_agentq_reserve", None)
+    if reserve is None or reserve[0].data_ptr() != layer.keys.data_ptr() or reserve[0].shape[-2] <= length \
+            or reserve[0].shape[:2] != layer.keys.shape[:2]:  # fmt: skip
+        shape = (*layer.keys.shape[:2], length + GROW, layer.keys.shape[-1])
+        reserve = (layer.keys.new_empty(shape), layer.values.new_empty(shape))
+        reserve[0][..., :length, :] = layer.keys
+        reserve[1][..., :length, :] = layer.values
+        layer._agentq_reserve = reserve
+    reserve[0][..., length : length + 1, :] = key
+    reserve[1][..., length : length + 1, :] = value
+    layer.keys, layer.values = reserve[0][..., : length + 1, :], reserve[1][..., : length + 1, :]
+    return layer.keys, layer.values
