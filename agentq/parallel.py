@@ -1,7 +1,7 @@
 """Search and evaluate tasks side by side: in threads sharing one engine, or in
 worker processes.
 
-**Lanes (threads).** With a batching engine (``engine=openvino``), N tasks run
+**Lanes (threads).** With a batching engine (``engine=hf_batched``, ``openvino``), N tasks run
 at once in N threads, each with its own env, policy and critic (a *lane*):
 their model calls wait in the one engine, which decodes them together. The
 threads spend their time waiting for the engine (whose work runs outside the

@@ -13,8 +13,9 @@ searches in flight differ:
     ``--hf-goals`` training goals, hf_batched with ``--concurrency`` searches in
     flight on ``--goals``;
 (3) zero-shot evaluation episodes per minute: HF on ``--hf-eval-goals`` test
-    goals, hf_batched on ``--eval-goals``, with the episodes' rewards (the first
-    ``--hf-eval-goals`` goals are compared episode by episode).
+    goals, hf_batched on ``--eval-goals``, with the episodes' rewards;
+(4) where the hf_batched engine thread's time went in (2) and (3): shared
+    steps, prefills, jump-forward runs and the critic's forwards.
 
 The sides run in this process one after the other, never beside each other; the
 load average is reported around each.

@@ -55,12 +55,12 @@ def test_a_shared_step_is_each_requests_own_forward(tiny):
     model, _ = tiny
     requests = caches(model, [30, 50, 17, 80, 5], [1, 3, 2, 1, 2])
     expected = [forward(model, cache, ids) for cache, ids in requests]
-    for (cache, ids), want in zip(requests, expected, strict=False):
+    for (cache, ids), want in zip(requests, expected, strict=True):
         [alone] = decode_step(model, [(copy.deepcopy(cache), ids)])
         assert torch.equal(alone, want)  # one request, no padding: the model's forward itself
     lengths = [c.get_seq_length() for c, _ in requests]
     shared = decode_step(model, [(copy.deepcopy(c), ids) for c, ids in requests], rows=4)
-    for got, want in zip(shared, expected, strict=False):
+    for got, want in zip(shared, expected, strict=True):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     # The caller's caches grow by the token run (each keeps its own length).
     copies = [(copy.deepcopy(c), ids) for c, ids in requests]
@@ -74,8 +74,8 @@ def test_a_requests_logits_do_not_depend_on_its_neighbours_or_its_place(tiny):
     alone = [decode_step(model, [(copy.deepcopy(c), ids)], rows=4)[0] for c, ids in requests]
     together = decode_step(model, [(copy.deepcopy(c), ids) for c, ids in requests], rows=4)
     backwards = decode_step(model, [(copy.deepcopy(c), ids) for c, ids in reversed(requests)], rows=4)[::-1]
-    assert all(torch.equal(a, b) for a, b in zip(alone, together, strict=False))
-    assert all(torch.equal(a, b) for a, b in zip(alone, backwards, strict=False))
+    assert all(torch.equal(a, b) for a, b in zip(alone, together, strict=True))
+    assert all(torch.equal(a, b) for a, b in zip(alone, backwards, strict=True))
     # Without fixed rows the products change shape with the batch: not promised bitwise.
     assert decode_step(model, [(copy.deepcopy(c), ids) for c, ids in requests])[0].shape == alone[0].shape
 

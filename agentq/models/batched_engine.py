@@ -1,8 +1,8 @@
 """The HF engine with decode steps shared by concurrent searches (``engine=hf_batched``).
 
-Decoding is what a search on a CPU spends its time on (a composite action is
-~40 new tokens, each a full pass over the weights), and a decode step of a
-135M model costs nearly the same for 16 rows as for one. With
+A composite action is ~40 new tokens, each a full pass over the weights, and
+a decode step for many rows costs far less than one step per row
+(:mod:`agentq.models.ragged`). With
 ``collect.concurrency`` / ``eval.concurrency`` N > 1, N searches run in threads
 (:mod:`agentq.parallel`); their ``sample`` calls land here, and one engine
 thread runs every model call:
@@ -194,7 +194,7 @@ class BatchedHFEngine(HFEngine):
             for request in active:
                 request.result.set_exception(e)
             return []
-        for request, out in zip(active, logits, strict=False):
+        for request, out in zip(active, logits, strict=True):
             self._advance(request, out[:, None, :])
         return [r for r in active if not r.result.done()]
 

@@ -10,6 +10,8 @@ built once per run around the policy's weights:
   it serves any model. One request at a time. With ``engine.dtype=bfloat16`` it
   decodes a bf16 copy of the weights instead (search and evaluation 1.1-1.3x
   faster on a CPU with native bf16; docs/results.md), and is no longer exact.
+- ``hf_batched`` (:class:`agentq.models.batched_engine.BatchedHFEngine`): the
+  same decoding, with the decode steps of concurrent searches shared.
 - ``openvino`` (:class:`agentq.models.openvino_engine.OpenVINOEngine`): OpenVINO
   GenAI's continuous-batching pipeline on the CPU; requests from concurrent
   searches are batched as they arrive.

@@ -1,8 +1,8 @@
 """One decode step for many requests at once, each on its own KV cache.
 
-Decoding one token of a 135M model on a CPU costs about as much at batch 16
-as at batch 1: every step reads all the weights, and the arithmetic of a
-matrix-vector product is too little to fill the cores. Requests from
+Decoding one token of a 135M model on a CPU is bound by reading the weights,
+not by arithmetic: one step for many rows costs far less than one step per
+row (benchmarks/bench_batched.py measures what it buys a search). Requests from
 concurrent searches therefore share their decode steps. Their caches differ
 in length (each search is at its own depth), so they cannot be stacked into
 one padded batch without copying every cache at every step. Here only what
@@ -72,7 +72,7 @@ def decode_step(
     ids = torch.cat([ids for _, ids in requests])  # (B,)
     # Each row's position is its cache's length: the request's own sequence.
     positions = torch.cat(
-        [torch.full((n,), cache.get_seq_length(), dtype=torch.long) for (cache, _), n in zip(requests, sizes, strict=False)]
+        [torch.full((n,), cache.get_seq_length(), dtype=torch.long) for (cache, _), n in zip(requests, sizes, strict=True)]
     ).to(ids.device)
     pad = (-len(ids)) % rows if rows else 0
     ids, positions = F.pad(ids, (0, pad)), F.pad(positions, (0, pad))  # padding rows: token 0 at position 0
@@ -102,7 +102,7 @@ def _attention(layer, hidden: Tensor, cos: Tensor, sin: Tensor, requests, sizes:
     query, key = apply_rotary_pos_emb(query, key, cos, sin)
     attend = ALL_ATTENTION_FUNCTIONS.get_interface(attn.config._attn_implementation, eager_attention_forward)
     outputs, start = [], 0
-    for (cache, _), n in zip(requests, sizes, strict=False):
+    for (cache, _), n in zip(requests, sizes, strict=True):
         rows = slice(start, start + n)
         keys, values = _append(cache.layers[attn.layer_idx], key[rows], value[rows])
         # One query per row, no padding: the model's own forward passes no mask either.
