@@ -15,9 +15,8 @@ from agentq.components import IncompatibleConfig, build
 from agentq.models import TinyRandomModel
 from agentq.models.batched_engine import BatchedHFEngine
 from agentq.models.engine import HFEngine, Serialized
-from agentq.models.logprobs import completion_logprobs
 from agentq.models.ragged import check_supported, decode_step
-from tests.test_engines import RESULTS_PAGE, at_once, prompts
+from tests.test_engines import RESULTS_PAGE, at_once, prompts, raw_logprob
 
 
 @pytest.fixture(scope="module")
@@ -109,12 +108,7 @@ def test_it_decodes_what_the_sequential_engine_decodes_with_the_trainers_log_pro
         [a] = hf.sample(ids, 1, max_new_tokens=16, temperature=0.0, top_p=1.0, eos_token_ids={2})
         [b] = engine.sample(ids, 1, max_new_tokens=16, temperature=0.0, top_p=1.0, eos_token_ids={2})
         assert b.token_ids == a.token_ids and b.text == a.text
-        full = torch.tensor([ids + list(b.token_ids)])
-        completion = torch.zeros_like(full, dtype=torch.bool)
-        completion[0, len(ids):] = True
-        with torch.no_grad():
-            expected = completion_logprobs(model, full, torch.ones_like(full), completion)
-        assert b.logprob == pytest.approx(float(expected[0]), abs=1e-4)
+        assert b.logprob == pytest.approx(raw_logprob(model, ids, b.token_ids), abs=1e-4)
 
 
 def test_the_critics_forwards_run_on_the_engines_thread_between_its_steps(tiny, engine):

@@ -72,6 +72,15 @@ def test_greedy_decoding_matches_the_hf_reference(tiny, engine):
         assert b[0].logprob == pytest.approx(a.logprob, abs=1e-3)
 
 
+def raw_logprob(model, prompt_ids: list[int], token_ids) -> float:
+    """The trainer's log-likelihood of ``token_ids`` after ``prompt_ids``."""
+    full = torch.tensor([prompt_ids + list(token_ids)])
+    completion = torch.zeros_like(full, dtype=torch.bool)
+    completion[0, len(prompt_ids):] = True
+    with torch.no_grad():
+        return float(completion_logprobs(model, full, torch.ones_like(full), completion)[0])
+
+
 def at_once(draw, requests: list) -> list:
     """``draw(i, request)`` for every request, each in its own thread, all in flight together."""
     together: list = [None] * len(requests)
@@ -167,12 +176,7 @@ def test_the_command_constraint_holds_through_the_engines_regex(tiny, engine, ac
             assert len(sample.token_ids) <= constraint.force_at + constraint.forced_chars
             assert constraint.settle(sample.token_ids, forced=True) == (len(sample.token_ids), False)  # tail already cut
             # The log-prob is the raw model's likelihood of the emitted tokens, forced ones included.
-            full = torch.tensor([ids + list(sample.token_ids)])
-            completion = torch.zeros_like(full, dtype=torch.bool)
-            completion[0, len(ids):] = True
-            with torch.no_grad():
-                expected = completion_logprobs(model, full, torch.ones_like(full), completion)
-            assert sample.logprob == pytest.approx(float(expected[0]), abs=1e-2)
+            assert sample.logprob == pytest.approx(raw_logprob(model, ids, sample.token_ids), abs=1e-2)
 
 
 def test_constrained_requests_do_not_depend_on_the_requests_beside_them(tiny, engine):
