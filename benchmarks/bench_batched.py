@@ -15,7 +15,13 @@ searches in flight differ:
 (3) zero-shot evaluation episodes per minute: HF on ``--hf-eval-goals`` test
     goals, hf_batched on ``--eval-goals``, with the episodes' rewards;
 (4) where the hf_batched engine thread's time went in (2) and (3): shared
-    steps, prefills, jump-forward runs and the critic's forwards.
+    steps, prefills, jump-forward runs and the critic's forwards, and the
+    tokens each ran through the weights;
+(5) the ceiling: the rate of (2) and (3) if every one of those tokens cost what
+    a token of a 256-token prefill costs (the model's best per-token cost on this
+    CPU: its weight products run at the CPU's arithmetic rate there, not at the
+    rate weights are read) and nothing else took time but the critic's forwards
+    as measured. No batching of these tokens can beat it.
 
 The sides run in this process one after the other, never beside each other; the
 load average is reported around each.
@@ -28,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -66,7 +73,7 @@ def run(args: argparse.Namespace) -> dict:
     model, tokenizer = today.model.load()
     model.eval()
     engine = batched.engine(model, tokenizer)
-    out = {"threads": torch.get_num_threads(), "rows": args.rows}
+    out = {"threads": torch.get_num_threads(), "rows": args.rows, "token_seconds": token_seconds(model)}
     out["agreement"] = agreement(batched, model, tokenizer, engine, args.agreement)
     train_ids = list(today.env.unwrapped.task_ids("train"))
     test_ids = list(today.env.unwrapped.task_ids("test"))
@@ -81,6 +88,10 @@ def run(args: argparse.Namespace) -> dict:
     out["eval"]["hf_batched"] = episodes(batched, shared, test_ids[: args.eval_goals], args.concurrency)
     out["eval"]["hf_batched"]["engine"] = engine.profile.summary()
     m, e = out["mcts"], out["eval"]
+    m["ceiling"] = ceiling(m["hf_batched"], m["hf_batched"]["simulations"], out["token_seconds"], out["threads"])
+    e["ceiling"] = ceiling(e["hf_batched"], e["hf_batched"]["goals"], out["token_seconds"], out["threads"])
+    m["ceiling"]["ratio_cpu"] = m["ceiling"]["per_cpu_min"] / m["hf"]["sims_per_cpu_min"]
+    e["ceiling"]["ratio"] = e["ceiling"]["per_min"] / e["hf"]["episodes_per_min"]
     m["ratio_wall"] = m["hf_batched"]["sims_per_min"] / m["hf"]["sims_per_min"]
     m["ratio_cpu"] = m["hf_batched"]["sims_per_cpu_min"] / m["hf"]["sims_per_cpu_min"]
     e["ratio"] = e["hf_batched"]["episodes_per_min"] / e["hf"]["episodes_per_min"]
@@ -89,6 +100,28 @@ def run(args: argparse.Namespace) -> dict:
     today.close()
     batched.close()
     return out
+
+
+@torch.no_grad()
+def token_seconds(model, tokens: int = 256, repeats: int = 3) -> float:
+    """Seconds per token of a forward of ``tokens`` new tokens (no cache), the fastest
+    of ``repeats``: the model's best per-token cost on this CPU (its weight products
+    have enough rows to run at the arithmetic rate, benchmarks/bench_batched.py (5))."""
+    ids = torch.randint(0, model.config.vocab_size, (1, tokens), generator=torch.Generator().manual_seed(0))
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        model(input_ids=ids.to(model.device), logits_to_keep=1)
+        best = min(best, time.perf_counter() - started)
+    return best / tokens
+
+
+def ceiling(side: dict, done: int, token_s: float, threads: int) -> dict:
+    """The rate of ``side`` (``done`` simulations or episodes) had each token its engine
+    ran cost ``token_s`` and nothing else taken time but the critic's forwards."""
+    tokens = sum(side["engine"]["tokens"].values())
+    seconds = tokens * token_s + side["engine"]["seconds"].get("critic", 0.0)
+    return {"tokens": tokens, "seconds": seconds, "per_min": 60 * done / seconds, "per_cpu_min": 60 * done / (seconds * threads)}
 
 
 def report(r: dict) -> str:
@@ -112,11 +145,21 @@ def report(r: dict) -> str:
         )
     for phase, side in (("MCTS", m["hf_batched"]), ("zero-shot", e["hf_batched"])):
         p = side["engine"]
-        spent = ", ".join(f"{kind} {seconds:.0f} s" for kind, seconds in sorted(p["seconds"].items(), key=lambda kv: -kv[1]))
+        spent = ", ".join(
+            f"{kind} {seconds:.0f} s" + (f" ({p['tokens'][kind]:,} tokens)" if kind in p["tokens"] else "")
+            for kind, seconds in sorted(p["seconds"].items(), key=lambda kv: -kv[1])
+        )
         lines.append(
             f"- hf_batched engine thread, {phase} ({side['seconds']:.0f} s wall): {spent}; {p['steps']} shared steps, "
             f"{p['requests_per_step']:.1f} requests and {p['rows_per_step']:.1f} rows per step"
         )
+    mc, ec = m["ceiling"], e["ceiling"]
+    lines.append(
+        f"- ceiling at the model's best per-token cost ({1000 * r['token_seconds']:.2f} ms/token, a 256-token forward): "
+        f"MCTS {mc['per_min']:.1f} sims/min, {mc['per_cpu_min']:.1f} sims/CPU-min ({mc['tokens']:,} tokens + the critic "
+        f"in {mc['seconds']:.0f} s) = {mc['ratio_cpu']:.1f}x the HF path per CPU-min; zero-shot {ec['per_min']:.1f} "
+        f"episodes/min ({ec['tokens']:,} tokens in {ec['seconds']:.0f} s) = {ec['ratio']:.1f}x"
+    )
     lines.append(
         f"- hf_batched / hf: MCTS {m['ratio_wall']:.2f}x sims/min, {m['ratio_cpu']:.2f}x sims/CPU-min; "
         f"episodes {e['ratio']:.2f}x, steps {e['ratio_steps']:.2f}x"

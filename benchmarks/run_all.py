@@ -334,7 +334,20 @@ def _engine_time(side: dict[str, Any]) -> str:
     """Where the hf_batched engine thread's time went, as shares of it."""
     seconds = side["engine"]["seconds"]
     total = sum(seconds.values()) or 1.0
-    return ", ".join(f"{kind} {100 * s / total:.0f}%" for kind, s in sorted(seconds.items(), key=lambda kv: -kv[1]))
+    shares = ", ".join(f"{kind} {100 * s / total:.0f}%" for kind, s in sorted(seconds.items(), key=lambda kv: -kv[1]))
+    return f"the engine thread's time: {shares} (only the shared steps are batched)"
+
+
+def _ceiling(phase: dict[str, Any], ratio: str, unit: str) -> str:
+    """The bench's ceiling (bench_batched (5)), where it ran."""
+    c = phase.get("ceiling")
+    if c is None:
+        return ""
+    verdict = ": 10x needs fewer tokens, not more batching" if c[ratio] < 10 else ""
+    return (
+        f"; had every token the engine ran ({c['tokens']:,}) cost a token of a 256-token prefill, with nothing else "
+        f"but the critic's forwards, the ratio would be {c[ratio]:.1f}x {unit}{verdict}"
+    )
 
 
 def batched_mcts_row(r: dict[str, Any]) -> Row:
@@ -346,7 +359,7 @@ def batched_mcts_row(r: dict[str, Any]) -> Row:
         f"{hb['sims_per_cpu_min']:.2f}/CPU-min ({hb['goals']} goals, load {hb['load_average'][0]:.2f})"
     )
     met = m["ratio_cpu"] >= 10
-    reason = "" if met else f"below 10x; the engine thread's time: {_engine_time(hb)} (only the shared steps are batched)"
+    reason = "" if met else f"below 10x; {_engine_time(hb)}{_ceiling(m, 'ratio_cpu', 'per CPU-min')}"
     return Row(measured, f"{m['ratio_cpu']:.1f}x per CPU-min, {m['ratio_wall']:.1f}x wall", met, reason)
 
 
@@ -360,7 +373,7 @@ def batched_eval_row(r: dict[str, Any]) -> Row:
         f"{hb['avg_reward']:.3f}, load {hb['load_average'][0]:.2f})"
     )
     met = e["ratio"] >= 10
-    reason = "" if met else f"below 10x; the engine thread's time: {_engine_time(hb)} (only the shared steps are batched)"
+    reason = "" if met else f"below 10x; {_engine_time(hb)}{_ceiling(e, 'ratio', 'episodes/min')}"
     return Row(measured, f"{e['ratio']:.1f}x episodes/min, {e['ratio_steps']:.1f}x steps/min", met, reason)
 
 

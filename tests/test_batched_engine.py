@@ -111,6 +111,23 @@ def test_it_decodes_what_the_sequential_engine_decodes_with_the_trainers_log_pro
         assert b.logprob == pytest.approx(raw_logprob(model, ids, b.token_ids), abs=1e-4)
 
 
+def test_the_profile_counts_the_tokens_each_kind_of_call_ran(tiny):
+    model, tokenizer = tiny
+    engine = BatchedHFEngine(model, tokenizer, rows=4)
+    try:
+        ids = prompts(tokenizer, 1)[0]
+        samples = engine.sample(ids, 3, max_new_tokens=8, temperature=1.0, top_p=1.0, eos_token_ids=set(),
+                                generator=torch.Generator().manual_seed(0))  # fmt: skip
+        tokens = engine.profile.summary()["tokens"]
+        # One prefill of the whole prompt (no prompt cache); every token after the first
+        # was run by a shared step (the last one drawn is never run).
+        assert tokens["prefill"] == len(ids)
+        assert tokens["shared_steps"] == sum(len(s.token_ids) - 1 for s in samples) == 3 * 7
+        assert engine.profile.steps == 7 and engine.profile.summary()["rows_per_step"] == 3
+    finally:
+        engine.close()
+
+
 def test_the_critics_forwards_run_on_the_engines_thread_between_its_steps(tiny, engine):
     model, tokenizer = tiny
     threads = []

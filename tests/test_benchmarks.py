@@ -128,5 +128,9 @@ def test_the_batched_engine_rows_judge_the_ratios_and_say_where_the_time_went():
     row = run_all.batched_mcts_row(slow)
     assert (row.ratio, row.met) == ("4.0x per CPU-min, 4.0x wall", False)
     assert "prefill 60%, shared_steps 30%, critic 10%" in row.reason
+    assert "10x needs fewer tokens" not in row.reason  # no ceiling measured
+    slow["mcts"]["ceiling"] = {"tokens": 12345, "ratio_cpu": 3.25}
+    assert "ran (12,345) cost a token of a 256-token prefill" in run_all.batched_mcts_row(slow).reason
+    assert "the ratio would be 3.2x per CPU-min" in run_all.batched_mcts_row(slow).reason
     assert run_all.batched_eval_row(slow).met is False
     assert run_all.batched_agreement_row(fast).met and not run_all.batched_agreement_row(slow).met

@@ -176,11 +176,25 @@ class BatchedHFEngine(HFEngine):
                 request.call = call
                 return
             try:
-                with self.profile.timing("prefill" if isinstance(call, Prefill) else "jump_forward"):
-                    reply = call.run(self.model)
+                reply = self._run_alone(call)
             except BaseException as e:  # noqa: BLE001
                 request.result.set_exception(e)
                 return
+
+    def _run_alone(self, call: Prefill | Step):
+        """A prefill or a multi-token jump-forward run, through the model's own forward."""
+        if isinstance(call, Step):
+            with self.profile.timing("jump_forward"):
+                reply = call.run(self.model)
+            self.profile.add_tokens("jump_forward", call.ids.numel())
+            return reply
+        cache = call.prefix_cache
+        before = cache.computed_tokens if cache else 0
+        with self.profile.timing("prefill"):
+            reply = call.run(self.model)
+        # The prompt tokens the model ran: those the prompt cache did not hold.
+        self.profile.add_tokens("prefill", cache.computed_tokens - before if cache else len(call.prompt_ids))
+        return reply
 
     def _step(self, active: list[_Request]) -> list[_Request]:
         """One shared step for every request waiting on a one-token step."""
@@ -201,13 +215,14 @@ class BatchedHFEngine(HFEngine):
 
 @dataclass
 class Profile:
-    """Where the engine thread's time went (seconds by kind of call) and how full its
-    shared steps were: what a benchmark reports beside a rate."""
+    """Where the engine thread's time went (seconds by kind of call), the tokens each
+    kind ran through the weights, and how full its shared steps were: what a benchmark
+    reports beside a rate."""
 
     seconds: dict[str, float] = field(default_factory=dict)
+    tokens: dict[str, int] = field(default_factory=dict)
     steps: int = 0
     step_requests: int = 0
-    step_rows: int = 0
 
     @contextmanager
     def timing(self, kind: str):
@@ -217,15 +232,18 @@ class Profile:
         finally:
             self.seconds[kind] = self.seconds.get(kind, 0.0) + time.perf_counter() - started
 
+    def add_tokens(self, kind: str, tokens: int) -> None:
+        self.tokens[kind] = self.tokens.get(kind, 0) + tokens
+
     def add_step(self, *, requests: int, rows: int) -> None:
         self.steps += 1
         self.step_requests += requests
-        self.step_rows += rows
+        self.add_tokens("shared_steps", rows)
 
     def summary(self) -> dict:
         steps = max(self.steps, 1)
-        return {"seconds": dict(self.seconds), "steps": self.steps, "requests_per_step": self.step_requests / steps,
-                "rows_per_step": self.step_rows / steps}  # fmt: skip
+        return {"seconds": dict(self.seconds), "tokens": dict(self.tokens), "steps": self.steps,
+                "requests_per_step": self.step_requests / steps, "rows_per_step": self.tokens.get("shared_steps", 0) / steps}  # fmt: skip
 
 
 def _settle(future: Future, fn: Callable[[], Any]) -> None:
