@@ -67,6 +67,33 @@ def test_a_shared_step_is_each_requests_own_forward(tiny):
     assert [c.get_seq_length() for c, _ in copies] == [n + 1 for n in lengths]
 
 
+def test_a_run_of_several_tokens_is_the_models_forward_of_them_beside_one_token_steps(tiny):
+    """A jump-forward run (1, T) attends causally to its own tokens, whatever runs beside it."""
+    model, _ = tiny
+    (run_cache, _), *others = caches(model, [40, 30, 60], [1, 2, 1], seed=1)
+    run = torch.randint(0, 1000, (1, 70), generator=torch.Generator().manual_seed(2))  # past GROW: the buffer regrows
+    with torch.no_grad():
+        want = model(input_ids=run, past_key_values=copy.deepcopy(run_cache), use_cache=True).logits  # (1, 70, V)
+    [alone] = decode_step(model, [(copy.deepcopy(run_cache), run)])
+    assert alone.shape == want.shape
+    torch.testing.assert_close(alone, want, rtol=1e-5, atol=1e-5)
+    grown = copy.deepcopy(run_cache)
+    mixed = decode_step(model, [others[0], (grown, run), others[1]], rows=4)
+    torch.testing.assert_close(mixed[1], want, rtol=1e-5, atol=1e-5)
+    assert torch.equal(mixed[1], decode_step(model, [(copy.deepcopy(run_cache), run)], rows=4)[0])  # bitwise
+    assert grown.get_seq_length() == 40 + 70
+    # The cache it leaves behind serves the next step as the model's own would.
+    after = torch.tensor([5])
+    torch.testing.assert_close(decode_step(model, [(grown, after)])[0], forward_after(model, run_cache, run, after), rtol=1e-5, atol=1e-5)
+
+
+def forward_after(model, cache, run, after):
+    with torch.no_grad():
+        cache = copy.deepcopy(cache)
+        model(input_ids=run, past_key_values=cache, use_cache=True)
+        return model(input_ids=after[:, None], past_key_values=cache, use_cache=True).logits[:, -1]
+
+
 def test_a_requests_logits_do_not_depend_on_its_neighbours_or_its_place(tiny):
     model, _ = tiny
     requests = caches(model, [30, 50, 17, 80, 5, 44, 12, 61], [1, 3, 2, 1, 1, 3, 1, 2])

@@ -10,10 +10,11 @@ thread runs every model call:
 - each request is :func:`agentq.models.sampling.decode`, the same program as
   :func:`~agentq.models.sampling.sample_k` (the COMMAND constraint, the prompt
   cache, jump-forward, the log-probs), stepped by this thread;
-- a request's prefill, and a multi-token jump-forward, run alone through the
-  model's own forward, exactly as ``engine=hf`` runs them;
-- the one-token steps of all requests in flight run as one
-  :func:`agentq.models.ragged.decode_step`, in blocks of ``rows`` rows padded to
+- a request's prefill runs alone through the model's own forward, exactly as
+  ``engine=hf`` runs it;
+- the decode steps of all requests in flight (one token per row, or a
+  jump-forward run of forced tokens) run as one
+  :func:`agentq.models.ragged.decode_step`, in blocks of ``rows`` token rows padded to
   exactly ``rows``: a matrix product's rounding depends on its number of rows,
   not (measured on MKL, tests/test_batched_engine.py) on which rows sit beside
   one, so a request's tokens do not depend on what else was in flight.
@@ -58,7 +59,7 @@ class _Request:
 
 class BatchedHFEngine(HFEngine):
     """:func:`~agentq.models.sampling.decode` programs of concurrent searches, their
-    one-token steps shared (module docstring).
+    decode steps shared (module docstring).
 
     Args:
         model, tokenizer, dtype: as :class:`~agentq.models.engine.HFEngine`.
@@ -161,8 +162,8 @@ class BatchedHFEngine(HFEngine):
             active = self._step([r for r in active if not r.result.done()])
 
     def _advance(self, request: _Request, reply) -> None:
-        """Send ``reply`` to the program; run every call it makes alone until it asks
-        for a one-token step (kept for the shared step) or returns."""
+        """Send ``reply`` to the program; run the prefills it asks for until it asks
+        for a step (kept for the shared step) or returns."""
         while True:
             try:
                 call = request.program.send(reply)
@@ -172,8 +173,8 @@ class BatchedHFEngine(HFEngine):
             except BaseException as e:  # noqa: BLE001  (handed to the caller's thread)
                 request.result.set_exception(e)
                 return
-            if isinstance(call, Step) and call.ids.shape[1] == 1:
-                request.call = call
+            if isinstance(call, Step):
+                request.call = call  # kept for the shared step
                 return
             try:
                 reply = self._run_alone(call)
@@ -181,13 +182,8 @@ class BatchedHFEngine(HFEngine):
                 request.result.set_exception(e)
                 return
 
-    def _run_alone(self, call: Prefill | Step):
-        """A prefill or a multi-token jump-forward run, through the model's own forward."""
-        if isinstance(call, Step):
-            with self.profile.timing("jump_forward"):
-                reply = call.run(self.model)
-            self.profile.add_tokens("jump_forward", call.ids.numel())
-            return reply
+    def _run_alone(self, call: Prefill):
+        """A prefill, through the model's own forward."""
         cache = call.prefix_cache
         before = cache.computed_tokens if cache else 0
         with self.profile.timing("prefill"):
@@ -197,19 +193,19 @@ class BatchedHFEngine(HFEngine):
         return reply
 
     def _step(self, active: list[_Request]) -> list[_Request]:
-        """One shared step for every request waiting on a one-token step."""
+        """One shared step for every request waiting on a step."""
         if not active:
             return active
         try:
             with self.profile.timing("shared_steps"):
-                logits = decode_step(self.model, [(r.call.cache, r.call.ids[:, 0]) for r in active], rows=self.rows)
-            self.profile.add_step(requests=len(active), rows=sum(len(r.call.ids) for r in active))
+                logits = decode_step(self.model, [(r.call.cache, r.call.ids) for r in active], rows=self.rows)
+            self.profile.add_step(requests=len(active), rows=sum(r.call.ids.numel() for r in active))
         except BaseException as e:  # noqa: BLE001  (every request in the step fails with it)
             for request in active:
                 request.result.set_exception(e)
             return []
         for request, out in zip(active, logits, strict=True):
-            self._advance(request, out[:, None, :])
+            self._advance(request, out)  # (A, T, V), as the model's forward gives
         return [r for r in active if not r.result.done()]
 
 
