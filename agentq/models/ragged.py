@@ -113,16 +113,13 @@ def _attention(layer, hidden: Tensor, cos: Tensor, sin: Tensor, requests, grids:
     outputs, start = [], 0
     for (cache, _), grid in zip(requests, grids, strict=True):
         rows, steps = grid.shape
-        span = slice(start, start + grid.numel())
-
-        def per_row(x: Tensor) -> Tensor:  # (A_i * T_i, heads, D) -> (A_i, heads, T_i, D)
-            return x[span].view(rows, steps, *x.shape[1:]).transpose(1, 2)
-
-        keys, values = _append(cache.layers[attn.layer_idx], per_row(key), per_row(value))
+        # This request's tokens, (A_i * T_i, heads, D) -> (A_i, heads, T_i, D).
+        q, k, v = (x[start : start + grid.numel()].view(rows, steps, *x.shape[1:]).transpose(1, 2) for x in (query, key, value))
+        keys, values = _append(cache.layers[attn.layer_idx], k, v)
         # One query per row needs no mask (the model's own forward passes none either);
         # several see the cache and the tokens before them.
         mask = None if steps == 1 else _causal(steps, keys.shape[-2], query.dtype, query.device)
-        out, _ = attend(attn, per_row(query), keys, values, mask, dropout=0.0, scaling=attn.scaling)
+        out, _ = attend(attn, q, keys, values, mask, dropout=0.0, scaling=attn.scaling)
         outputs.append(out.reshape(rows * steps, 1, -1))  # (A_i * T_i, 1, heads * D): out is (A_i, T_i, heads, D)
         start += grid.numel()
     padding = hidden.new_zeros(hidden.shape[0] - start, 1, outputs[0].shape[-1])
