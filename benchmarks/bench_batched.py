@@ -15,8 +15,8 @@ searches in flight differ:
 (3) zero-shot evaluation episodes per minute: HF on ``--hf-eval-goals`` test
     goals, hf_batched on ``--eval-goals``, with the episodes' rewards;
 (4) where the hf_batched engine thread's time went in (2) and (3): shared
-    steps, prefills, jump-forward runs and the critic's forwards, and the
-    tokens each ran through the weights;
+    steps (decode steps and jump-forward runs), prefills and the critic's
+    forwards, and the tokens each ran through the weights;
 (5) the ceiling: the rate of (2) and (3) if every one of those tokens cost what
     a token of a 256-token prefill costs (the model's best per-token cost on this
     CPU: its weight products run at the CPU's arithmetic rate there, not at the
@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> dict:
 def token_seconds(model, tokens: int = 256, repeats: int = 3) -> float:
     """Seconds per token of a forward of ``tokens`` new tokens (no cache), the fastest
     of ``repeats``: the model's best per-token cost on this CPU (its weight products
-    have enough rows to run at the arithmetic rate, benchmarks/bench_batched.py (5))."""
+    have enough rows to run at the arithmetic rate: (5) of the module docstring)."""
     ids = torch.randint(0, model.config.vocab_size, (1, tokens), generator=torch.Generator().manual_seed(0))
     best = float("inf")
     for _ in range(repeats):

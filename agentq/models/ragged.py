@@ -73,7 +73,7 @@ def decode_step(
         (A_i, T_i, V) for (A_i, T_i).
     """
     decoder, head = decoder_and_head(model)
-    grids = [ids.view(len(ids), -1) for _, ids in requests]  # (A_i, T_i)
+    grids = [ids.reshape(len(ids), -1) for _, ids in requests]  # (A_i, T_i)
     sizes = [grid.numel() for grid in grids]
     ids = torch.cat([grid.flatten() for grid in grids])  # (B,): row a's T_i tokens, then row a + 1's
     # Each token's position continues its row's sequence: the cache's length, then one more per token.
