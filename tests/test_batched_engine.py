@@ -16,7 +16,7 @@ from agentq.models import TinyRandomModel
 from agentq.models.batched_engine import BatchedHFEngine
 from agentq.models.engine import HFEngine, Serialized
 from agentq.models.ragged import check_supported, decode_step
-from tests.test_engines import RESULTS_PAGE, at_once, prompts, raw_logprob
+from tests.test_engines import RESULTS_PAGE, at_once, prompts, raw_logprob, serve_other_weights
 
 
 @pytest.fixture(scope="module")
@@ -191,11 +191,7 @@ def test_serving_new_weights_changes_what_is_decoded(tiny):
     [ids] = prompts(tokenizer, 1)
     engine = BatchedHFEngine(model, tokenizer)
     try:
-        before = engine.sample(ids, 1, max_new_tokens=8, temperature=0.0, top_p=1.0, eos_token_ids={2})
-        other = TinyRandomModel(seed=1).load()[0].eval()
-        engine.serve(other)
-        after = engine.sample(ids, 1, max_new_tokens=8, temperature=0.0, top_p=1.0, eos_token_ids={2})
-        [expected] = HFEngine(other, tokenizer).sample(ids, 1, max_new_tokens=8, temperature=0.0, top_p=1.0, eos_token_ids={2})
+        before, after, expected = serve_other_weights(engine, tokenizer, ids)
     finally:
         engine.close()
     assert after != before and after[0].token_ids == expected.token_ids

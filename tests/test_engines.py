@@ -120,16 +120,26 @@ def test_a_closed_engine_says_so(tiny, tmp_path):
         engine.sample([1, 2, 3], 1, max_new_tokens=2, temperature=0.0, top_p=1.0, eos_token_ids={2})
 
 
+def serve_other_weights(engine, tokenizer, ids):
+    """Greedy samples of ``ids`` before and after ``engine`` serves other weights, and
+    what the HF engine decodes with those weights."""
+
+    def greedy(e):
+        return e.sample(ids, 1, max_new_tokens=8, temperature=0.0, top_p=1.0, eos_token_ids={2})
+
+    before = greedy(engine)
+    other = TinyRandomModel(seed=1).load()[0].eval()
+    engine.serve(other)
+    [expected] = greedy(HFEngine(other, tokenizer))
+    return before, greedy(engine), expected
+
+
 def test_serving_new_weights_changes_what_is_decoded(tiny, tmp_path):
     model, tokenizer = tiny
     [ids] = prompts(tokenizer, 1)
     engine = OpenVINOEngine(model, tokenizer, template=None, cache_dir=tmp_path)
     try:
-        before = engine.sample(ids, 1, max_new_tokens=8, temperature=0.0, top_p=1.0, eos_token_ids={2})
-        other = TinyRandomModel(seed=1).load()[0].eval()
-        engine.serve(other)
-        after = engine.sample(ids, 1, max_new_tokens=8, temperature=0.0, top_p=1.0, eos_token_ids={2})
-        [expected] = HFEngine(other, tokenizer).sample(ids, 1, max_new_tokens=8, temperature=0.0, top_p=1.0, eos_token_ids={2})
+        before, after, expected = serve_other_weights(engine, tokenizer, ids)
     finally:
         engine.close()
     assert after != before and after[0].token_ids == expected.token_ids

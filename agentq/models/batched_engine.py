@@ -177,12 +177,12 @@ class BatchedHFEngine(HFEngine):
                 request.call = call  # kept for the shared step
                 return
             try:
-                reply = self._run_alone(call)
+                reply = self._prefill(call)
             except BaseException as e:  # noqa: BLE001
                 request.result.set_exception(e)
                 return
 
-    def _run_alone(self, call: Prefill):
+    def _prefill(self, call: Prefill):
         """A prefill, through the model's own forward."""
         cache = call.prefix_cache
         before = cache.computed_tokens if cache else 0
