@@ -6,8 +6,9 @@ at once in N threads, each with its own env, policy and critic (a *lane*):
 their model calls wait in the one engine, which decodes them together. The
 threads spend their time waiting for the engine (whose work runs outside the
 GIL), so N lanes keep one engine busy at batch N. A task's result depends on
-its own seed and the engine's per-request determinism, never on its lane or on
-what ran beside it (tests/test_concurrency.py).
+its own seed and the engine, never on its lane: ``hf_batched`` computes a
+request alike whatever ran beside it (bitwise), ``openvino`` up to rounding,
+which now and then changes a sampled token (tests/test_concurrency.py).
 
 **Worker processes** (``workers``, HF engine only).
 

@@ -389,6 +389,19 @@ def batched_agreement_row(r: dict[str, Any]) -> Row:
     return Row(measured, f"{100 * share:.0f}% commands", share >= 0.9, "" if share >= 0.9 else "below 90%")
 
 
+def openvino_batches_row(r: dict[str, Any]) -> Row:
+    cases = ("k=1", "k=3", "k=1..3")
+    again = [r[k]["sequential_again"] for k in cases]
+    concurrent = [r[k]["concurrent"] for k in cases]
+    measured = "; ".join(
+        f"{k}: {c['other_tokens']}/{c['samples']} other tokens, {c['other_logprob']} other log-probs "
+        f"(<= {c['max_logprob_gap']:.0e} nats)" for k, c in zip(cases, concurrent, strict=True)
+    ) + f" ({r['model']}, load {r['load_average'][0]:.2f})"
+    same = sum(c["identical"] for c in again), sum(c["samples"] for c in again)
+    reason = "concurrent requests differ from the same requests alone by rounding, which moves some sampled tokens"
+    return Row(measured, f"sequential {same[0]}/{same[1]} identical", same[0] == same[1], reason)
+
+
 def _env_argv(full: list[str], quick: list[str]) -> Callable[[bool], list[str]]:
     return lambda is_quick: quick if is_quick else full
 
@@ -424,6 +437,12 @@ BENCHMARKS = [
     Benchmark(
         "engine_agreement", "Greedy agreement, OpenVINO vs HF fp32, 50 WebShop states", _ENGINE[0],
         ">= 90% identical commands; the mean log-prob gap reported", _ENGINE[1], engine_agreement_row,
+    ),
+    Benchmark(
+        "openvino_batches", "OpenVINO: a request alone vs beside others, temperature 1, 12 WebShop prompts",
+        "benchmarks.bench_openvino_batches",
+        "sequential requests reproduce bitwise; how often requests beside it change a sample is reported",
+        _env_argv([], ["--model", "tiny", "--prompts", "4", "--rounds", "1"]), openvino_batches_row,
     ),
     Benchmark(
         "engine_hf_bf16", "The HF engine on a bf16 copy vs fp32, WebShop MCTS and evaluation", "benchmarks.bench_hf_dtype",

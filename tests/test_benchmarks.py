@@ -134,3 +134,20 @@ def test_the_batched_engine_rows_judge_the_ratios_and_say_where_the_time_went():
     assert "the ratio would be 3.2x per CPU-min" in run_all.batched_mcts_row(slow).reason
     assert run_all.batched_eval_row(slow).met is False
     assert run_all.batched_agreement_row(fast).met and not run_all.batched_agreement_row(slow).met
+
+
+def test_the_openvino_batches_row_needs_sequential_requests_bitwise_and_reports_the_concurrent_ones():
+    def counts(samples: int, other_tokens: int = 0, other_logprob: int = 0) -> dict:
+        identical = samples - other_tokens - other_logprob
+        return {"samples": samples, "identical": identical, "other_logprob": other_logprob,
+                "other_tokens": other_tokens, "max_logprob_gap": 1e-4 if other_logprob else 0.0}  # fmt: skip
+
+    def results(sequential_drift: int) -> dict:
+        cases = {k: {"sequential_again": counts(12), "concurrent": counts(60, 5, 50)} for k in ("k=1", "k=3", "k=1..3")}
+        cases["k=3"]["sequential_again"] = counts(12, other_logprob=sequential_drift)
+        return {"model": "tiny", "load_average": [1.0, 1.0, 1.0], **cases}
+
+    row = run_all.openvino_batches_row(results(0))
+    assert row.met is True and row.ratio == "sequential 36/36 identical"
+    assert "k=1: 5/60 other tokens, 50 other log-probs" in row.measured
+    assert run_all.openvino_batches_row(results(1)).met is False

@@ -1,7 +1,14 @@
 """Searches side by side (``collect.concurrency``, ``eval.concurrency``) through one
 batching engine: the same seeded search gives the same tree whatever ran beside it,
 a failed lane stops the others without losing finished tasks, and a killed
-concurrent collection resumes without redoing them."""
+concurrent collection resumes without redoing them.
+
+``engine=hf_batched`` gives the same trees bitwise. ``engine=openvino`` gives them
+up to rounding: its kernels depend on the batch a request runs in, and at
+temperature 1 a rounding difference now and then moves a sampled token across the
+boundary between two tokens (experiments/benchmarks/table.md, "OpenVINO: a request
+alone vs beside others"), after which that task's tree goes its own way. Its tests
+allow a few such tasks; results handed to the wrong search would change them all."""
 
 import json
 import math
@@ -44,6 +51,16 @@ def same(a, b, path: str = "") -> list[str]:
     return [] if a == b else [f"{path}: {a!r} != {b!r}"]
 
 
+def differing(a: dict[str, dict], b: dict[str, dict]) -> list[str]:
+    """The tasks whose records differ (both sides must hold the same tasks)."""
+    assert a.keys() == b.keys()
+    return [name for name in a if same(a[name], b[name])]
+
+
+# Tasks an OpenVINO run may search otherwise than the reference (see the module docstring).
+OPENVINO_DRIFT = 2
+
+
 def records(folder: Path) -> dict[str, dict]:
     records = {p.name: json.loads(p.read_text()) for p in sorted(folder.glob("task_*.json"))}
     for record in records.values():
@@ -56,7 +73,7 @@ FOLDERS = ("iter_001/collect", "iter_000/eval/zero_shot", "iter_000/eval/committ
 
 
 @pytest.mark.slow
-def test_the_same_seeded_searches_at_concurrency_1_and_8_give_the_same_trees_and_episodes(tmp_path):
+def test_the_same_seeded_searches_at_concurrency_1_and_8_give_the_same_trees_and_episodes_up_to_rounding(tmp_path):
     budgets = [*BUDGETS, f"engine.cache_dir={tmp_path / 'cache'}"]
     _run(tmp_path / "one", *OPENVINO, *budgets)
     # The engine served the base, then the trained policy: one GGUF file per set of weights.
@@ -66,7 +83,7 @@ def test_the_same_seeded_searches_at_concurrency_1_and_8_give_the_same_trees_and
     for folder in FOLDERS:
         one, eight = records(tmp_path / "one" / folder), records(tmp_path / "eight" / folder)
         assert len(one) == 8, folder
-        assert same(one, eight) == [], folder
+        assert len(differing(one, eight)) <= OPENVINO_DRIFT, folder
 
 
 @pytest.mark.slow
@@ -127,4 +144,5 @@ def test_a_killed_concurrent_collection_resumes_without_redoing_finished_tasks(t
     assert len(after) == 6
     for name, before in first.items():  # finished tasks were not searched again
         assert after[name] == before
-    assert same(records(collected), records(reference / "iter_001" / "collect")) == []
+    drift = differing(records(collected), records(reference / "iter_001" / "collect"))
+    assert len(drift) <= (OPENVINO_DRIFT if engine is OPENVINO else 0), drift

@@ -92,17 +92,33 @@ def at_once(draw, requests: list) -> list:
     return together
 
 
-def test_a_request_does_not_depend_on_the_requests_beside_it(tiny, engine):
+def beside_others_changes_by_rounding_only(draw, requests: list) -> None:
+    """Drawn twice one after another, every request's samples are the same bitwise; drawn
+    all at once, most are the same and the rest moved by rounding only. The pipeline's
+    kernels depend on the batch (experiments/benchmarks/table.md, "OpenVINO: a request
+    alone vs beside others"): a sample's log-prob moves in the last digits and, now and
+    then, a token at temperature 1 crosses to its neighbour's share of the draw. A
+    request handed another's result would differ in nearly every sample."""
+    alone = [draw(i, r) for i, r in enumerate(requests)]
+    assert [draw(i, r) for i, r in enumerate(requests)] == alone
+    together = at_once(draw, requests)
+    pairs = [(a, b) for i in range(len(requests)) for a, b in zip(alone[i], together[i], strict=True)]
+    same_tokens = [(a, b) for a, b in pairs if a.token_ids == b.token_ids]
+    assert len(pairs) - len(same_tokens) <= max(1, len(pairs) // 10)
+    for a, b in same_tokens:
+        assert b.logprob == pytest.approx(a.logprob, abs=1e-3)
+
+
+def test_requests_beside_a_request_change_it_by_rounding_only(tiny, engine):
     _, tokenizer = tiny
 
-    def draw(i: int, ids: list[int]) -> list[tuple[int, ...]]:
+    def draw(i: int, ids: list[int]) -> list:
         generator = torch.Generator().manual_seed(i)
-        return [s.token_ids for s in engine.sample(ids, 3, max_new_tokens=10, temperature=1.0, top_p=1.0, eos_token_ids={2}, generator=generator)]
+        return engine.sample(ids, 3, max_new_tokens=10, temperature=1.0, top_p=1.0, eos_token_ids={2}, generator=generator)
 
     requests = prompts(tokenizer, 8)
-    alone = [draw(i, ids) for i, ids in enumerate(requests)]
-    assert at_once(draw, requests) == alone
-    assert len({s for draws in alone for s in draws}) > 8  # the seeds do draw different samples
+    beside_others_changes_by_rounding_only(draw, requests)
+    assert len({s.token_ids for i, ids in enumerate(requests) for s in draw(i, ids)}) > 8  # the seeds draw different samples
 
 
 def test_what_the_engine_cannot_report_is_refused(tiny, engine):
@@ -189,19 +205,16 @@ def test_the_command_constraint_holds_through_the_engines_regex(tiny, engine, ac
             assert sample.logprob == pytest.approx(raw_logprob(model, ids, sample.token_ids), abs=1e-2)
 
 
-def test_constrained_requests_do_not_depend_on_the_requests_beside_them(tiny, engine):
+def test_constrained_requests_beside_a_request_change_it_by_rounding_only(tiny, engine):
     _, tokenizer = tiny
     table = TokenTable(tokenizer)
 
-    def draw(i: int, ids: list[int]) -> list[tuple[int, ...]]:
+    def draw(i: int, ids: list[int]) -> list:
         constraint = CommandConstraint(table, RESULTS_PAGE, eos_token_ids={2}, max_new_tokens=40)
-        samples = engine.sample(ids, 2, max_new_tokens=40, temperature=1.0, top_p=1.0, eos_token_ids={2},
-                                generator=torch.Generator().manual_seed(i), constraint=constraint)
-        return [s.token_ids for s in samples]
+        return engine.sample(ids, 2, max_new_tokens=40, temperature=1.0, top_p=1.0, eos_token_ids={2},
+                             generator=torch.Generator().manual_seed(i), constraint=constraint)  # fmt: skip
 
-    requests = prompts(tokenizer, 4)
-    alone = [draw(i, ids) for i, ids in enumerate(requests)]
-    assert at_once(draw, requests) == alone
+    beside_others_changes_by_rounding_only(draw, prompts(tokenizer, 4))
 
 
 def test_the_hf_engine_in_bf16_decodes_a_cast_copy_and_leaves_the_trainers_weights(tiny):

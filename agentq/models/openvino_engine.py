@@ -24,8 +24,17 @@ engine is not ``exact``: the trainer never takes its scores as the DPO reference
 search). One dispatcher thread owns the pipeline: it adds waiting requests
 between decode steps, steps the pipeline, and hands each finished request back
 to its caller. A request's result depends on its prompt, its settings and its
-seed (drawn from the caller's generator), not on which requests ran beside it;
-the concurrency test checks this on whole search trees.
+seed (drawn from the caller's generator), and, by rounding, on the requests that
+ran beside it: the pipeline's kernels take other paths for other batches (a
+lone sequence's decode step most of all). Measured on 12 WebShop prompts with
+SmolLM2 (experiments/benchmarks/table.md, "OpenVINO: a request alone vs beside
+others"): requests one after another reproduce bitwise; run beside each other,
+5 of 60 single samples of 48 tokens drew other tokens (a rounding difference
+moved the seed's draw across the boundary between two tokens) and most others
+had log-probs up to 2e-4 nats apart; 3 samples per request, 0 of 180. So a run
+at ``concurrency`` 1 reproduces exactly, and a run at N > 1 gives the same
+trees but for a few tasks (tests/test_concurrency.py); ``engine=hf_batched``
+gives them bitwise at any concurrency.
 
 **Log-probs.** The pipeline reports log-probs of the distribution it sampled
 from; at temperature 1 without a nucleus cut that is the raw distribution our
