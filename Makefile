@@ -25,7 +25,7 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed
-	$(BIN)/pip install -e ".[test]"
+	$(BIN)/pip install -e ".[test,ray]"
 	touch $@
 
 # Debian's Chromium for the OpenTable env; installing it needs root. Without

@@ -128,6 +128,7 @@ class Components:
     collect_num_tasks: int  # B
     collect_concurrency: int  # searches in flight at once
     workers: int
+    parallel: dict  # conf/parallel: where searches run (backend local or ray, and ray's settings)
     dense_reward: bool
     frozen_critic: bool  # the critic keeps the base LLM (critic_model=base)
 
@@ -189,6 +190,7 @@ def build(cfg: DictConfig) -> Components:
         collect_num_tasks=cfg.collect.num_tasks,
         collect_concurrency=cfg.collect.get("concurrency", 1),
         workers=cfg.get("workers", 1),
+        parallel=OmegaConf.to_container(cfg.get("parallel") or OmegaConf.create({"backend": "local"}), resolve=True),
         dense_reward=cfg.dense_reward,
         frozen_critic=cfg.get("critic_model", "base") == "base",
     )

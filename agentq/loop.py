@@ -16,22 +16,23 @@ evaluated tasks are skipped. ``summary.json`` is rebuilt from those files.
 
 from __future__ import annotations
 
+import functools
 import logging
 
 import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from agentq import evaluate as ev
 from agentq import oracle, tracking
 from agentq.bookkeeping import RunBook, locate
+from agentq.collection import frozen_base, search_task
 from agentq.components import Components, Weights, build
 from agentq.console import phase
 from agentq.data.diagnostics import search_diagnostics
 from agentq.eval_modes import evaluate_iteration
-from agentq.lanes import Lane, lanes
+from agentq.lanes import lanes
 from agentq.layout import write_json
-from agentq.models.engine import cast_copy
+from agentq.on_ray import search_on_ray
 from agentq.parallel import for_each_task
 from agentq.report.collect import load_study
 from agentq.report.tables import runs_table
@@ -67,22 +68,6 @@ def run(cfg: DictConfig) -> dict:
             weights.engine.close()
         parts.close()
         book.close(status)
-
-
-def frozen_base(parts: Components, critic):
-    """A frozen copy of the base LLM for the critic, or None when the critic uses the policy's model.
-
-    docs/method.md §3: the critic is "the same base LLM". Training merges each adapter
-    into the policy's weights in place, so after iteration 1 the base survives only
-    as a copy (one model's weights more in memory) of ``critic``, the base as the
-    critic reads it (in the HF engine's dtype). It is made only when a trained
-    policy's search would use it: MCTS at evaluation, or collection after iteration 1.
-    ``critic_model=policy`` lets the critic follow the trained policy instead.
-    """
-    trained_search = parts.iterations > 1 or (parts.iterations == 1 and bool(parts.eval.search_modes))
-    if not parts.frozen_critic or not trained_search:
-        return None
-    return cast_copy(critic)
 
 
 def improve(parts: Components, book: RunBook, weights: Weights, iteration: int, train_ids) -> torch.nn.Module:
@@ -133,16 +118,14 @@ def collect(parts: Components, book: RunBook, weights: Weights, policy, iteratio
     count = min(parts.collect_num_tasks, len(train_ids))
     tasks = [train_ids[i] for i in rng.choice(len(train_ids), size=count, replace=False)]
 
-    def searcher(lane: Lane):
-        def search(task_id) -> None:
-            generator = torch.Generator().manual_seed(ev.task_seed(parts.seed, iteration, task_id))
-            with torch.no_grad():
-                result = parts.search(lane.env, lane.policy, lane.critic, task_id=task_id, generator=generator)
-            book.buffer.write_search(iteration, task_id, result)
-
-        return search
-
     todo = [t for t in tasks if not book.buffer.has_search(iteration, t)]
-    searches = [searcher(lane) for lane in lanes(parts, weights, policy, min(parts.collect_concurrency, len(todo)))]
-    for_each_task(searches, todo, workers=parts.workers, description=f"collect (iter {iteration})", unit="searches")
+    description = f"collect (iter {iteration})"
+    if parts.parallel.get("backend") == "ray":
+        search_on_ray(book.layout, iteration, todo, parts.parallel, description=description)
+        return tasks
+    searches = [
+        functools.partial(search_task, parts, book.buffer, iteration, lane)
+        for lane in lanes(parts, weights, policy, min(parts.collect_concurrency, len(todo)))
+    ]
+    for_each_task(searches, todo, workers=parts.workers, description=description, unit="searches")
     return tasks

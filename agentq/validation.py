@@ -34,6 +34,7 @@ import contextlib
 import dataclasses
 import difflib
 import functools
+import importlib.util
 import inspect
 import logging
 import sys
@@ -222,6 +223,28 @@ def check_targets(node: Any, key: str) -> None:
 # ---------------------------------------------------------------- scalar rules
 
 
+def check_parallel(select: Callable) -> None:
+    """The ``parallel`` group: where searches run (conf/parallel/)."""
+    backend = select("parallel.backend", default="local")
+    if backend not in ("local", "ray"):
+        raise ValueError(f"parallel.backend must be 'local' or 'ray' (parallel=local|ray), got {backend!r}")
+    if backend != "ray":
+        return
+    if importlib.util.find_spec("ray") is None:
+        raise ImportError("parallel=ray needs Ray: pip install 'ray>=2.50,<3' (or `pip install -e .[ray]`)")
+    require_int("parallel.workers", select("parallel.workers"), 1)
+    require_int("parallel.cpus_per_worker", select("parallel.cpus_per_worker"), 1)
+    address = select("parallel.address")
+    if address is not None and not isinstance(address, str):
+        raise ValueError(f"parallel.address must be null (a local Ray cluster) or 'auto' / host:port, got {address!r}")
+    for key in ("workers", "collect.concurrency"):
+        if select(key, default=1) != 1:
+            raise ValueError(
+                f"parallel=ray runs parallel.workers Ray actors, each searching one task at a time: "
+                f"leave {key} at 1 (set parallel.workers instead)"
+            )
+
+
 def check_loop_keys(cfg: DictConfig) -> None:
     """The top-level keys of conf/config.yaml that the loop reads itself."""
     select = functools.partial(OmegaConf.select, cfg)
@@ -233,6 +256,7 @@ def check_loop_keys(cfg: DictConfig) -> None:
     for key in ("collect.concurrency", "eval.concurrency"):
         require_int(key, select(key, default=1), 1)
     require_int("threads", select("threads"), 1, none_ok=True)
+    check_parallel(select)
     for key in ("dense_reward", "eval.base", "eval.zero_shot", "eval.search", "eval.recovery", "tuning"):
         require_bool(key, select(key, default=False))
     for key in ("eval.split", "collect.split"):  # tune on dev, never on test

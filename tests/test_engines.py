@@ -12,8 +12,8 @@ from agentq import components
 from agentq.agent.action import parse_composite
 from agentq.agent.constrained import CommandConstraint, TokenTable
 from agentq.bookkeeping import decoding
+from agentq.collection import frozen_base
 from agentq.components import IncompatibleConfig, Weights, build
-from agentq.loop import frozen_base
 from agentq.models import TinyRandomModel
 from agentq.models.engine import HFEngine
 from agentq.models.gguf_export import gguf_name, rotary_interleave, write_gguf

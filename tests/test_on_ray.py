@@ -1,0 +1,93 @@
+"""Collection on Ray (``parallel=ray``, agentq/on_ray.py): a local cluster of 2 actors
+searches the same trees as one process, in both iterations (the second rebuilt from
+the adapter the first trained), leaves no Ray process behind, and bad settings are
+refused before any model loads."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from agentq import loop
+from agentq.components import build
+from agentq.loop import run
+from agentq.on_ray import search_on_ray
+from tests.test_concurrency import records, same
+from tests.test_loop import check_summary
+from tests.test_resume import kill_when, resume, snapshot
+
+BUDGETS = ["+experiment=smoke", "eval.base=false", "eval.num_tasks=1", "eval.search=false"]
+
+
+def ray_processes() -> list[str]:
+    """Command lines of Ray's own daemons and workers on this machine."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            line = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # the process ended while we looked
+            continue
+        if any(name in line for name in ("raylet", "gcs_server", "ray::", "default_worker.py")):
+            found.append(line)
+    return found
+
+
+@pytest.mark.slow
+def test_two_ray_workers_search_the_same_trees_as_one_process_and_leave_no_process(make_cfg, tmp_path, monkeypatch):
+    assert ray_processes() == []
+    phases = []
+    monkeypatch.setattr(loop, "search_on_ray", lambda *a, **k: phases.append(a[1]) or search_on_ray(*a, **k))
+    budgets = [*BUDGETS, "iterations=2", "collect.num_tasks=4"]
+    run(make_cfg(*budgets, f"paths.run_dir={tmp_path / 'local'}"))
+    summary = run(make_cfg(*budgets, "parallel=ray", "parallel.workers=2", f"paths.run_dir={tmp_path / 'ray'}"))
+    assert phases == [1, 2]  # each iteration's collection went to Ray
+    check_summary(summary, iterations=2, modes=("zero_shot",), base=False)
+    for iteration in (1, 2):
+        folder = f"iter_{iteration:03d}/collect"
+        local, on_ray = records(tmp_path / "local" / folder), records(tmp_path / "ray" / folder)
+        assert len(local) == 4, folder
+        assert same(local, on_ray) == [], folder  # floats to 1e-4: 1 torch thread per actor instead of 2
+    assert (tmp_path / "ray" / "iter_001" / "adapter").exists()  # iteration 2's actors merged it
+    assert ray_processes() == []  # the local cluster stopped with the phase
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        (["parallel.workers=0"], "parallel.workers"),
+        (["parallel.cpus_per_worker=half"], "parallel.cpus_per_worker"),
+        (["collect.concurrency=2"], "collect.concurrency"),
+        (["workers=2"], "leave workers at 1"),
+        (["parallel.backend=slurm"], "parallel.backend"),
+    ],
+)
+def test_bad_ray_settings_are_refused_before_any_model_loads(make_cfg, overrides, named):
+    with pytest.raises(ValueError, match=named):
+        build(make_cfg("+experiment=smoke", "parallel=ray", *overrides))
+
+
+@pytest.mark.slow
+def test_a_killed_ray_collection_leaves_no_process_and_resumes_to_the_same_trees(make_cfg, tmp_path):
+    budgets = [*BUDGETS, "collect.num_tasks=6"]
+    run(make_cfg(*budgets, f"paths.run_dir={tmp_path / 'reference'}"))  # one process, uninterrupted
+
+    run_dir = tmp_path / "run"
+    collected = run_dir / "iter_001" / "collect"
+    kill_when(run_dir, [*budgets, "parallel=ray"], lambda: any(collected.glob("task_*.json")))
+    first = snapshot(collected.glob("task_*.json"))
+    assert 1 <= len(first) < 6, "the run was not killed during collection"
+    # The local cluster dies with its driver: raylet, GCS and actors at once; the node's
+    # two agents notice about 60 s later (measured) and exit by themselves.
+    deadline = time.monotonic() + 120
+    while ray_processes() and time.monotonic() < deadline:
+        time.sleep(1)
+    assert ray_processes() == []
+
+    resume(run_dir, tmp_path / "log")
+    after = snapshot(collected.glob("task_*.json"))
+    for name, before in first.items():  # finished trees were not searched again
+        assert after[name] == before
+    assert same(records(collected), records(tmp_path / "reference" / "iter_001" / "collect")) == []
+    assert ray_processes() == []
