@@ -36,6 +36,7 @@ from agentq.layout import RunLayout
 
 log = logging.getLogger(__name__)
 
+
 class SearchWorker:
     """A Ray actor: the run's parts and pi_``iteration``'s weights, rebuilt from the run directory."""
 
@@ -79,7 +80,7 @@ def search_on_ray(layout: RunLayout, iteration: int, task_ids: Sequence[Any], pa
             address=parallel.get("address"), include_dashboard=False, logging_level=logging.WARNING,
             **({"num_cpus": workers * cpus, "object_store_memory": 128 * 2**20} if local else {}),
         )  # fmt: skip
-    Worker = ray.remote(num_cpus=cpus)(SearchWorker)
+    Worker = ray.remote(num_cpus=cpus, num_gpus=parallel.get("gpus_per_worker", 0))(SearchWorker)
     actors = [Worker.remote(str(layout.root), iteration, cpus) for _ in range(workers)]
     todo = list(task_ids)
     try:

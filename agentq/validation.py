@@ -234,6 +234,9 @@ def check_parallel(select: Callable) -> None:
         raise ImportError("parallel=ray needs Ray: pip install 'ray>=2.50,<3' (or `pip install -e .[ray]`)")
     require_int("parallel.workers", select("parallel.workers"), 1)
     require_int("parallel.cpus_per_worker", select("parallel.cpus_per_worker"), 1)
+    gpus = select("parallel.gpus_per_worker", default=0)
+    if not is_number(gpus) or gpus < 0:
+        raise ValueError(f"parallel.gpus_per_worker must be a number >= 0 (Ray GPUs per actor), got {gpus!r}")
     address = select("parallel.address")
     if address is not None and not isinstance(address, str):
         raise ValueError(f"parallel.address must be null (a local Ray cluster) or 'auto' / host:port, got {address!r}")

@@ -58,6 +58,7 @@ def test_two_ray_workers_search_the_same_trees_as_one_process_and_leave_no_proce
     [
         (["parallel.workers=0"], "parallel.workers"),
         (["parallel.cpus_per_worker=half"], "parallel.cpus_per_worker"),
+        (["parallel.gpus_per_worker=-1"], "parallel.gpus_per_worker"),
         (["collect.concurrency=2"], "collect.concurrency"),
         (["workers=2"], "leave workers at 1"),
         (["parallel.backend=slurm"], "parallel.backend"),
