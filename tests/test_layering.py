@@ -29,7 +29,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("parallel", "report", "oracle", "validation"),
     ("components", "bookkeeping", "evaluate", "tracking"),  # config -> parts; the run's own records
     ("lanes",),  # the parts of concurrent searches
-    ("eval_modes",),
+    ("collection", "eval_modes"),  # one task's search and pi_i's weights; the evaluation modes
+    ("on_ray",),  # collection on Ray actors
     ("loop",),  # Algorithm 1
     ("compare",),
 )
