@@ -4,6 +4,7 @@ share, so both search a task alike."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -36,9 +37,8 @@ def frozen_base(parts: Components, critic):
 def trained_policy(model: torch.nn.Module, layout: RunLayout, iteration: int) -> torch.nn.Module:
     """pi_i: the base ``model`` with the adapters of iterations 1..``iteration`` merged in
     order, as the loop left it (an iteration without training examples has none)."""
-    for done in range(1, iteration + 1):
-        if layout.adapter(done).exists():
-            model = merge_adapter(model, layout.adapter(done))
+    for adapter in layout.adapters(iteration):
+        model = merge_adapter(model, adapter)
     return model
 
 
@@ -48,4 +48,4 @@ def search_task(parts: Components, buffer: ReplayBuffer, iteration: int, lane: L
     generator = torch.Generator().manual_seed(ev.task_seed(parts.seed, iteration, task_id))
     with torch.no_grad():
         result = parts.search(lane.env, lane.policy, lane.critic, task_id=task_id, generator=generator)
-    buffer.write_search(iteration, task_id, result)
+    buffer.write_search(iteration, task_id, dataclasses.replace(result, weights=lane.policy.engine.weights_name))

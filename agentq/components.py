@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,11 +92,12 @@ class Weights:
     frozen_base: Any = None
     engine: Any = None
 
-    def train(self, model: Any) -> None:
+    def train(self, model: Any, adapters: Sequence[Path] = ()) -> None:
         """pi_{i+1} replaces pi_i, in the trainer and in the engine (merging an adapter
-        changes the weights in place, so the engine is told even when ``model`` is pi_i)."""
+        changes the weights in place, so the engine is told even when ``model`` is pi_i).
+        ``adapters``: the run's adapters that made ``model`` from the base, in order."""
         self.policy = model
-        self.engine.serve(model)
+        self.engine.serve(model, adapters)
 
     @property
     def critic(self) -> Any:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from agentq import evaluate as ev
@@ -24,48 +24,59 @@ from agentq.records.trajectory import Step, Trajectory
 log = logging.getLogger(__name__)
 
 
-def evaluate_iteration(parts: Components, book: RunBook, weights: Weights, iteration: int, test_ids) -> None:
+Run = Callable[[str, list[Any]], None]  # (mode, task ids): their episodes written elsewhere (on Ray)
+
+
+def evaluate_iteration(
+    parts: Components, book: RunBook, weights: Weights, iteration: int, test_ids, remote: Run | None = None
+) -> None:
     """Evaluate pi_iteration (``weights.policy``, decoded by ``weights.engine``) in each
-    configured mode, ``eval.concurrency`` episodes at a time; the critic and the
-    committed mode's judge read ``weights.critic``."""
-    plan = parts.eval
+    configured mode, ``eval.concurrency`` episodes at a time, or by ``remote``; the
+    critic and the committed mode's judge read ``weights.critic``."""
     weights.policy.eval()
     policy = parts.policy(weights.policy, weights.tokenizer, engine=weights.engine)
-    lanes_ = lanes(parts, weights, policy, plan.concurrency)
-
-    def run(mode: str, episode: Callable[[Lane], ev.Episode], task_ids: list[Any]) -> None:
+    lanes_ = lanes(parts, weights, policy, 1 if remote else parts.eval.concurrency)
+    for mode, episode, task_ids in mode_episodes(parts, book.layout, weights, test_ids):
         with book.phase(iteration, f"eval_{mode}"):
+            if remote is not None:
+                remote(mode, [t for t in task_ids if not book.layout.episode(iteration, mode, t).exists()])
             metrics = ev.evaluate(
                 [episode(lane) for lane in lanes_], task_ids, layout=book.layout, iteration=iteration,
-                mode=mode, seed=parts.seed, workers=parts.workers,
+                mode=mode, seed=parts.seed, workers=parts.workers, weights=weights.engine.weights_name,
             )  # fmt: skip
         write_json(book.layout.eval_metrics(iteration, mode), metrics)
         book.log_metrics(f"eval/{mode}", metrics, iteration)
         log.info("iteration %d %s: %s", iteration, mode, headline(metrics))
 
-    dense = parts.dense_reward
-    search_ids = test_ids[: plan.search_num_tasks]  # a search costs more than a greedy episode
+
+def mode_episodes(
+    parts: Components, layout: RunLayout, weights: Weights, test_ids
+) -> Iterator[tuple[str, Callable[[Lane], ev.Episode], list[Any]]]:
+    """The plan's modes in the order they run: (mode, a lane's episode, the mode's tasks).
+    A generator: the recovery mode reads the zero-shot episodes written before it is drawn."""
+    plan, dense = parts.eval, parts.dense_reward
+    search_ids = list(test_ids[: plan.search_num_tasks])  # a search costs more than a greedy episode
     if plan.zero_shot:
-        run(ZERO_SHOT, lambda lane: ev.zero_shot(lane.env, lane.policy, max_steps=plan.max_steps, dense_reward=dense), test_ids)
+        yield (ZERO_SHOT, lambda lane: ev.zero_shot(lane.env, lane.policy, max_steps=plan.max_steps, dense_reward=dense), list(test_ids))
     if COMMITTED in plan.search_modes:  # headline: the agent acts with search, blind to the env's reward
-        search = dataclasses.replace(
+        committed_search = dataclasses.replace(
             parts.search, num_simulations=plan.committed.num_simulations, max_depth=plan.committed.max_depth
         )
 
         def committed(lane: Lane) -> ev.Episode:
             judge = plan.committed.judge(lane.critic_model, weights.tokenizer)
-            return ev.committed(lane.env, lane.policy, lane.critic, judge, search, max_steps=plan.max_steps, dense_reward=dense)
+            return ev.committed(lane.env, lane.policy, lane.critic, judge, committed_search, max_steps=plan.max_steps, dense_reward=dense)
 
-        run(COMMITTED, committed, search_ids)
+        yield COMMITTED, committed, search_ids
     if VERIFIER in plan.search_modes:  # best rollout by the env's reward: an upper bound
         # The episode budget of every other row (and of the oracle's), not the collection depth.
         search = dataclasses.replace(parts.search, max_depth=plan.max_steps)
         if plan.num_simulations:  # an inference budget of its own
             search = dataclasses.replace(search, num_simulations=plan.num_simulations)
-        run(VERIFIER, lambda lane: ev.verifier(lane.env, lane.policy, lane.critic, search), search_ids)
+        yield VERIFIER, lambda lane: ev.verifier(lane.env, lane.policy, lane.critic, search), search_ids
     if plan.recovery:  # after zero_shot: iteration 0's failures are the prefixes
-        prefixes = recovery_prefixes(RunLayout(plan.recovery_from) if plan.recovery_from else book.layout, test_ids, plan.recovery_fraction)
-        run(RECOVERY, lambda lane: ev.recovery(lane.env, lane.policy, prefixes, max_steps=plan.max_steps, dense_reward=dense), list(prefixes))
+        prefixes = recovery_prefixes(RunLayout(plan.recovery_from) if plan.recovery_from else layout, test_ids, plan.recovery_fraction)
+        yield (RECOVERY, lambda lane: ev.recovery(lane.env, lane.policy, prefixes, max_steps=plan.max_steps, dense_reward=dense), list(prefixes))
 
 
 def headline(metrics: dict[str, float]) -> str:

@@ -19,6 +19,7 @@ tasks already evaluated.
 
 from __future__ import annotations
 
+import functools
 import math
 import zlib
 from collections.abc import Callable, Mapping, Sequence
@@ -144,25 +145,31 @@ def evaluate(
     mode: str,
     seed: int,
     workers: int = 1,
+    weights: str | None = None,
 ) -> dict[str, float]:
     """Run ``episode`` on every task (skipping finished ones) and aggregate. Given one
     episode function per lane, the lanes run side by side in threads; ``workers > 1``
-    forks processes instead (see :mod:`agentq.parallel`)."""
+    forks processes instead (see :mod:`agentq.parallel`). ``weights``: the server's name
+    for the policy's weights (engine=server), kept with each episode."""
 
-    def runner(episode: Episode) -> Callable[[Any], None]:
-        def run(task_id: Any) -> None:
-            generator = torch.Generator().manual_seed(task_seed(seed, iteration, task_id, salt=1))
-            with torch.no_grad():  # per thread: a lane's thread does not inherit the caller's
-                trajectory, stats = episode(task_id, generator)
-            record = {"trajectory": trajectory.to_dict(), "stats": stats.to_dict()}
-            write_json(layout.episode(iteration, mode, task_id), record)
-
-        return run
-
-    lanes = [runner(e) for e in ([episode] if callable(episode) else episode)]
+    at = {"layout": layout, "iteration": iteration, "mode": mode, "seed": seed, "weights": weights}
+    lanes = [functools.partial(evaluate_task, e, **at) for e in ([episode] if callable(episode) else episode)]
     todo = [t for t in task_ids if not layout.episode(iteration, mode, t).exists()]
     for_each_task(lanes, todo, workers=workers, description=f"eval {mode} (iter {iteration})")
     return aggregate([read_json(layout.episode(iteration, mode, t)) for t in task_ids])
+
+
+def evaluate_task(
+    episode: Episode, task_id: Any, *, layout: RunLayout, iteration: int, mode: str, seed: int, weights: str | None
+) -> None:
+    """One episode from the task's own seed, written to its file (with ``weights`` when not None)."""
+    generator = torch.Generator().manual_seed(task_seed(seed, iteration, task_id, salt=1))
+    with torch.no_grad():  # per thread: a lane's thread does not inherit the caller's
+        trajectory, stats = episode(task_id, generator)
+    record = {"trajectory": trajectory.to_dict(), "stats": stats.to_dict()}
+    if weights is not None:
+        record["weights"] = weights
+    write_json(layout.episode(iteration, mode, task_id), record)
 
 
 def aggregate(records: Sequence[dict]) -> dict[str, float]:

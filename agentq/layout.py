@@ -14,6 +14,7 @@
     iter_001/train_steps.json         per-step metrics from rank 0 (agentq.training.fit)
     iter_001/seconds.json             wall time of each phase
     iter_001/adapter/                 the LoRA adapter trained in this iteration
+    served_adapters/agentq-<hash>/    pi_i as one LoRA adapter for a server (engine=server; conf/engine/server.yaml)
     iter_001/eval/<mode>.json         a mode's metrics (modes: agentq.modes)
     iter_001/eval/<mode>/task_<id>.json  one evaluation episode per task
 
@@ -90,6 +91,11 @@ class RunLayout:
 
     def adapter(self, iteration: int) -> Path:
         return self.iteration(iteration) / "adapter"
+
+    def adapters(self, iteration: int) -> list[Path]:
+        """The adapters merged into the base to make pi_``iteration``, in order (an
+        iteration without training examples trained none)."""
+        return [self.adapter(done) for done in range(1, iteration + 1) if self.adapter(done).exists()]
 
     def eval_metrics(self, iteration: int, mode: str) -> Path:
         return self.iteration(iteration) / "eval" / f"{mode}.json"

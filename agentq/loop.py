@@ -32,7 +32,7 @@ from agentq.data.diagnostics import search_diagnostics
 from agentq.eval_modes import evaluate_iteration
 from agentq.lanes import lanes
 from agentq.layout import write_json
-from agentq.on_ray import search_on_ray
+from agentq.on_ray import evaluate_on_ray, search_on_ray
 from agentq.parallel import for_each_task
 from agentq.report.collect import load_study
 from agentq.report.tables import runs_table
@@ -55,10 +55,10 @@ def run(cfg: DictConfig) -> dict:
         oracle.write_oracle(cfg, parts.env, test_ids, layout.oracle)  # the scripted oracle on the same goals and budget
         for iteration in range(parts.iterations + 1):
             if iteration > 0:
-                weights.train(improve(parts, book, weights, iteration, train_ids))
+                weights.train(improve(parts, book, weights, iteration, train_ids), layout.adapters(iteration))
                 tracking.log_iteration(book.loggers, book.buffer, iteration)
             if iteration > 0 or parts.eval.base:
-                evaluate_iteration(parts, book, weights, iteration, test_ids)
+                evaluate_iteration(parts, book, weights, iteration, test_ids, remote=on_ray_eval(parts, layout, iteration))
             summary = book.write_summary()
         status = "success"
         log.info("result (%s):\n%s", layout.root, runs_table(load_study(layout.root)).to_markdown())
@@ -109,6 +109,18 @@ def build_examples(parts: Components, searches, policy, iteration: int) -> list:
             examples += parts.pair_builder.from_search(result, policy)
             advance(1)
     return examples
+
+
+def on_ray_eval(parts: Components, layout, iteration: int):
+    """With ``parallel=ray`` and ``parallel.evaluate``: (mode, task ids) -> their episodes played
+    on Ray actors holding pi_iteration; else None (evaluation in this process)."""
+    if parts.parallel.get("backend") != "ray" or not parts.parallel.get("evaluate"):
+        return None
+
+    def remote(mode: str, task_ids) -> None:
+        evaluate_on_ray(layout, iteration, mode, task_ids, parts.parallel, description=f"eval {mode} (iter {iteration})")
+
+    return remote
 
 
 def collect(parts: Components, book: RunBook, weights: Weights, policy, iteration: int, train_ids) -> list:

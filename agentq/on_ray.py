@@ -1,18 +1,22 @@
-"""Collection on Ray (``parallel=ray``): one iteration's searches spread over Ray actors.
+"""Collection and evaluation on Ray (``parallel=ray``): one phase's searches or
+episodes spread over Ray actors.
 
 Each actor rebuilds the run in its own process from what the run directory holds:
 the saved config (``config.yaml``) and the adapters trained so far, merged into the
 base in order (:func:`agentq.collection.trained_policy`), exactly as a resumed run
 rebuilds pi_i. It then searches the tasks it is handed one at a time with
-:func:`agentq.collection.search_task`, the function the loop's own process uses, so a
-task's tree depends on its seed alone, not on the actor or on how many there are.
-Each tree is written to the run directory as it finishes (atomically, as without
-Ray), so a killed run resumes from the trees on disk.
+:func:`agentq.collection.search_task`, or plays their episodes with
+:func:`agentq.evaluate.evaluate_task` in a mode of :func:`agentq.eval_modes.mode_episodes`:
+the functions the loop's own process uses, so a task's tree or episode depends on
+its seed alone, not on the actor or on how many there are. Each is written to the
+run directory as it finishes (atomically, as without Ray), so a killed run resumes
+from the files on disk.
 
 ``parallel.address: null`` starts a local Ray cluster for the phase and stops it
 after; with an address (``auto``, ``host:port``) the actors join a cluster started
 with ``ray start --head``, and the run directory must be on a filesystem every node
-mounts at the same path. Training and evaluation stay in the driver's process.
+mounts at the same path. Training stays in the driver's process, and so does
+evaluation with ``parallel.evaluate=false``.
 """
 
 from __future__ import annotations
@@ -26,38 +30,52 @@ from typing import Any
 import torch
 from omegaconf import OmegaConf
 
+from agentq import evaluate as ev
 from agentq.bookkeeping import seed_everything
 from agentq.collection import frozen_base, search_task, trained_policy
 from agentq.components import Weights, build
 from agentq.console import phase
 from agentq.data.buffer import ReplayBuffer
+from agentq.eval_modes import mode_episodes
 from agentq.lanes import lanes
 from agentq.layout import RunLayout
 
 log = logging.getLogger(__name__)
 
 
-class SearchWorker:
-    """A Ray actor: the run's parts and pi_``iteration``'s weights, rebuilt from the run directory."""
+class Worker:
+    """A Ray actor: the run's parts and pi_``policy_iteration``'s weights, rebuilt from the run directory."""
 
-    def __init__(self, run_dir: str, iteration: int, threads: int) -> None:
+    def __init__(self, run_dir: str, policy_iteration: int, threads: int) -> None:
         torch.set_num_threads(threads)
-        layout = RunLayout(Path(run_dir))
+        self.layout = layout = RunLayout(Path(run_dir))
         cfg = OmegaConf.load(layout.config)
         self.parts = parts = build(cfg)
         seed_everything(cfg.seed, parts.env)
         model, tokenizer = parts.model.load()
         self.weights = weights = Weights(model, tokenizer, engine=parts.engine(model, tokenizer))
         weights.frozen_base = frozen_base(parts, weights.critic)
-        if iteration > 1:
-            weights.train(trained_policy(model, layout, iteration - 1))
+        if policy_iteration > 0:
+            weights.train(trained_policy(model, layout, policy_iteration), layout.adapters(policy_iteration))
         weights.policy.eval()
         policy = parts.policy(weights.policy, tokenizer, engine=weights.engine)
         [self.lane] = lanes(parts, weights, policy, 1)
-        self.buffer, self.iteration = ReplayBuffer(layout), iteration
+        self.buffer = ReplayBuffer(layout)
+        self.episodes: dict[str, Any] = {}  # mode -> this lane's episode function
 
-    def search(self, task_id: Any) -> Any:
-        search_task(self.parts, self.buffer, self.iteration, self.lane, task_id)
+    def search(self, iteration: int, task_id: Any) -> Any:
+        search_task(self.parts, self.buffer, iteration, self.lane, task_id)
+        return task_id
+
+    def evaluate(self, iteration: int, mode: str, task_id: Any) -> Any:
+        if mode not in self.episodes:
+            _, test_ids = self.parts.task_ids()
+            found = {m: make for m, make, _ in mode_episodes(self.parts, self.layout, self.weights, test_ids)}
+            self.episodes[mode] = found[mode](self.lane)
+        ev.evaluate_task(
+            self.episodes[mode], task_id, layout=self.layout, iteration=iteration, mode=mode,
+            seed=self.parts.seed, weights=self.weights.engine.weights_name,
+        )  # fmt: skip
         return task_id
 
     def close(self) -> None:
@@ -66,13 +84,30 @@ class SearchWorker:
 
 
 def search_on_ray(layout: RunLayout, iteration: int, task_ids: Sequence[Any], parallel: dict, *, description: str) -> None:
-    """Search ``task_ids`` on ``parallel["workers"]`` Ray actors, the next task to the
-    first actor free; raises RuntimeError if one failed (the trees others finished are kept)."""
-    if not task_ids:
+    """Search ``task_ids`` with pi_{iteration - 1} (the trees of ``iteration``'s collection)."""
+    calls = [("search", (iteration, task_id)) for task_id in task_ids]
+    on_ray(layout, iteration - 1, calls, parallel, description=description, unit="searches")
+
+
+def evaluate_on_ray(
+    layout: RunLayout, iteration: int, mode: str, task_ids: Sequence[Any], parallel: dict, *, description: str
+) -> None:
+    """Evaluate pi_``iteration`` in ``mode`` on ``task_ids``: each episode's file written by an actor."""
+    calls = [("evaluate", (iteration, mode, task_id)) for task_id in task_ids]
+    on_ray(layout, iteration, calls, parallel, description=description, unit="episodes")
+
+
+def on_ray(
+    layout: RunLayout, policy_iteration: int, calls: Sequence[tuple[str, tuple]], parallel: dict, *, description: str, unit: str
+) -> None:
+    """Run ``calls`` (a :class:`Worker` method's name and its arguments) on
+    ``parallel["workers"]`` Ray actors holding pi_``policy_iteration``, the next call to
+    the first actor free; raises RuntimeError if one failed (what others wrote is kept)."""
+    if not calls:
         return
     import ray  # an optional dependency: validation.check_parallel refused parallel=ray without it
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no usage report to anywhere
-    workers, cpus = min(parallel["workers"], len(task_ids)), parallel["cpus_per_worker"]
+    workers, cpus = min(parallel["workers"], len(calls)), parallel["cpus_per_worker"]
     started = not ray.is_initialized()
     if started:
         local = parallel.get("address") is None
@@ -80,19 +115,24 @@ def search_on_ray(layout: RunLayout, iteration: int, task_ids: Sequence[Any], pa
             address=parallel.get("address"), include_dashboard=False, logging_level=logging.WARNING,
             **({"num_cpus": workers * cpus, "object_store_memory": 128 * 2**20} if local else {}),
         )  # fmt: skip
-    Worker = ray.remote(num_cpus=cpus, num_gpus=parallel.get("gpus_per_worker", 0))(SearchWorker)
-    actors = [Worker.remote(str(layout.root), iteration, cpus) for _ in range(workers)]
-    todo = list(task_ids)
+    Actor = ray.remote(num_cpus=cpus, num_gpus=parallel.get("gpus_per_worker", 0))(Worker)
+    actors = [Actor.remote(str(layout.root), policy_iteration, cpus) for _ in range(workers)]
+    todo = list(calls)
+
+    def submit(actor):
+        method, args = todo.pop(0)
+        return getattr(actor, method).remote(*args)
+
     try:
-        running = {actor.search.remote(todo.pop(0)): actor for actor in actors if todo}
-        with phase(description, total=len(task_ids), unit="searches") as advance:
+        running = {submit(actor): actor for actor in actors if todo}
+        with phase(description, total=len(calls), unit=unit) as advance:
             while running:
                 [ready], _ = ray.wait(list(running), num_returns=1)
                 actor = running.pop(ready)
-                ray.get(ready)  # the task's exception, if it raised
+                ray.get(ready)  # the call's exception, if it raised
                 advance(1)
                 if todo:
-                    running[actor.search.remote(todo.pop(0))] = actor
+                    running[submit(actor)] = actor
     except ray.exceptions.RayError as e:
         raise RuntimeError(
             f"{description}: a Ray worker failed ({e}); finished tasks are on disk: resume the run to redo only the rest"

@@ -240,7 +240,10 @@ def check_parallel(select: Callable) -> None:
     address = select("parallel.address")
     if address is not None and not isinstance(address, str):
         raise ValueError(f"parallel.address must be null (a local Ray cluster) or 'auto' / host:port, got {address!r}")
-    for key in ("workers", "collect.concurrency"):
+    evaluate = select("parallel.evaluate", default=False)
+    if not isinstance(evaluate, bool):
+        raise ValueError(f"parallel.evaluate must be true (episodes on the Ray actors) or false, got {evaluate!r}")
+    for key in ("workers", "collect.concurrency", *(["eval.concurrency"] if evaluate else [])):
         if select(key, default=1) != 1:
             raise ValueError(
                 f"parallel=ray runs parallel.workers Ray actors, each searching one task at a time: "

@@ -1,7 +1,7 @@
-"""Collection on Ray (``parallel=ray``, agentq/on_ray.py): a local cluster of 2 actors
-searches the same trees as one process, in both iterations (the second rebuilt from
-the adapter the first trained), leaves no Ray process behind, and bad settings are
-refused before any model loads."""
+"""Collection and evaluation on Ray (``parallel=ray``, agentq/on_ray.py): a local
+cluster of 2 actors searches the same trees and plays the same episodes as one
+process, in both iterations (the second rebuilt from the adapter the first trained),
+leaves no Ray process behind, and bad settings are refused before any model loads."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from agentq import loop
 from agentq.components import build
 from agentq.loop import run
-from agentq.on_ray import search_on_ray
+from agentq.on_ray import evaluate_on_ray, search_on_ray
 from tests.test_concurrency import records, same
 from tests.test_loop import check_summary
 from tests.test_resume import kill_when, resume, snapshot
@@ -35,22 +35,29 @@ def ray_processes() -> set[str]:
 
 
 @pytest.mark.slow
-def test_two_ray_workers_search_the_same_trees_as_one_process_and_leave_no_process(make_cfg, tmp_path, monkeypatch):
+def test_two_ray_workers_search_and_evaluate_as_one_process_and_leave_no_process(make_cfg, tmp_path, monkeypatch):
     others = ray_processes()  # a cluster of the user's own is left alone
     phases = []
-    monkeypatch.setattr(loop, "search_on_ray", lambda *a, **k: phases.append(a[1]) or search_on_ray(*a, **k))
-    budgets = [*BUDGETS, "iterations=2", "collect.num_tasks=4"]
+    monkeypatch.setattr(loop, "search_on_ray", lambda *a, **k: phases.append(("collect", a[1])) or search_on_ray(*a, **k))
+    monkeypatch.setattr(loop, "evaluate_on_ray", lambda *a, **k: phases.append((a[2], a[1])) or evaluate_on_ray(*a, **k))
+    budgets = [
+        *BUDGETS, "iterations=2", "collect.num_tasks=4", "eval.num_tasks=2",
+        "eval.search=true", "eval.search_num_tasks=1", "eval.search_modes=[committed]",
+    ]  # fmt: skip
     run(make_cfg(*budgets, f"paths.run_dir={tmp_path / 'local'}"))
     summary = run(make_cfg(*budgets, "parallel=ray", "parallel.workers=2", f"paths.run_dir={tmp_path / 'ray'}"))
-    assert phases == [1, 2]  # each iteration's collection went to Ray
-    check_summary(summary, iterations=2, modes=("zero_shot",), base=False)
+    assert phases == [
+        ("collect", 1), ("zero_shot", 1), ("committed", 1), ("collect", 2), ("zero_shot", 2), ("committed", 2)
+    ]  # fmt: skip
+    check_summary(summary, iterations=2, modes=("zero_shot", "committed"), base=False)
     for iteration in (1, 2):
-        folder = f"iter_{iteration:03d}/collect"
-        local, on_ray = records(tmp_path / "local" / folder), records(tmp_path / "ray" / folder)
-        assert len(local) == 4, folder
-        assert same(local, on_ray) == [], folder  # floats to 1e-4: 1 torch thread per actor instead of 2
+        for folder, count in (("collect", 4), ("eval/zero_shot", 2), ("eval/committed", 1)):
+            local = records(tmp_path / "local" / f"iter_{iteration:03d}" / folder)
+            on_ray = records(tmp_path / "ray" / f"iter_{iteration:03d}" / folder)
+            assert len(local) == count, folder
+            assert same(local, on_ray) == [], folder  # floats to 1e-4: 1 torch thread per actor instead of 2
     assert (tmp_path / "ray" / "iter_001" / "adapter").exists()  # iteration 2's actors merged it
-    assert ray_processes() <= others  # the local cluster stopped with the phase
+    assert ray_processes() <= others  # the local clusters stopped with their phases
 
 
 @pytest.mark.parametrize(
@@ -62,6 +69,8 @@ def test_two_ray_workers_search_the_same_trees_as_one_process_and_leave_no_proce
         (["collect.concurrency=2"], "collect.concurrency"),
         (["workers=2"], "leave workers at 1"),
         (["parallel.backend=slurm"], "parallel.backend"),
+        (["eval.concurrency=2"], "eval.concurrency"),
+        (["parallel.evaluate=yes"], "parallel.evaluate"),
     ],
 )
 def test_bad_ray_settings_are_refused_before_any_model_loads(make_cfg, overrides, named):

@@ -40,6 +40,7 @@ from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -85,7 +86,7 @@ class BatchedHFEngine(HFEngine):
         self._stopping = False
         super().__init__(model, tokenizer, dtype)
 
-    def serve(self, model: torch.nn.Module) -> None:
+    def serve(self, model: torch.nn.Module, adapters: Sequence[Path] = ()) -> None:
         check_supported(model)
         super().serve(model)
 

@@ -16,9 +16,14 @@ built once per run around the policy's weights:
   GenAI's continuous-batching pipeline on the CPU; requests from concurrent
   searches are batched as they arrive.
 - ``vllm`` (:class:`agentq.models.vllm_engine.VLLMEngine`): vLLM on CUDA machines.
+- ``server`` (:class:`agentq.models.server_engine.ServerEngine`): a shared
+  OpenAI-compatible inference server, given by URL.
 
-An engine's ``serve(model)`` makes it sample from new weights (after each
-iteration's training, the base with the adapter merged). ``exact`` says whether
+An engine's ``serve(model, adapters)`` makes it sample from new weights (after each
+iteration's training, the base with the adapters merged; ``adapters`` names them,
+in order, for an engine that loads adapters rather than weights: a server).
+``weights_name`` is the server's name for what it serves (None: weights held in
+this process); every tree records it. ``exact`` says whether
 its log-probs are the trainer's own numerics; when they are not, nothing the
 trainer computes is taken from them (the DPO reference is the trainer's forward
 pass, docs/method.md §4).
@@ -29,6 +34,7 @@ from __future__ import annotations
 import copy
 import threading
 from collections.abc import Callable, Collection, Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 import torch
@@ -42,8 +48,9 @@ class Engine(Protocol):
     exact: bool  # log-probs computed by the trainer's own forward (same kernels, fp32)
     batches: bool  # requests from concurrent searches share forward passes
     constrains: bool  # takes a DecodeConstraint (the COMMAND field onto valid actions)
+    weights_name: str | None  # the server's name for the weights it serves (None: held in this process)
 
-    def serve(self, model: torch.nn.Module) -> None: ...
+    def serve(self, model: torch.nn.Module, adapters: Sequence[Path] = ()) -> None: ...  # adapters: what made model (below)
 
     def sample(
         self,
@@ -79,6 +86,7 @@ class HFEngine:
     exact = True  # in float32; an engine built with another dtype sets it False
     batches = False
     constrains = True
+    weights_name = None
 
     def __init__(self, model: torch.nn.Module, tokenizer, dtype: str = "float32") -> None:
         self.dtype = resolve_dtype(dtype, "engine")
@@ -87,7 +95,7 @@ class HFEngine:
         self._lock = threading.Lock()
         self.serve(model)
 
-    def serve(self, model: torch.nn.Module) -> None:
+    def serve(self, model: torch.nn.Module, adapters: Sequence[Path] = ()) -> None:
         self.model = model if self.exact else cast_copy(model, self.dtype)
 
     def sample(

@@ -114,6 +114,7 @@ class OpenVINOEngine:
     exact = False
     batches = True
     constrains = True  # through a regex (see the module docstring)
+    weights_name = None
 
     def __init__(
         self,
@@ -161,7 +162,7 @@ class OpenVINOEngine:
                 "the data keeps: set both to 1.0, or use engine=hf"
             )
 
-    def serve(self, model: torch.nn.Module) -> None:
+    def serve(self, model: torch.nn.Module, adapters: Sequence[Path] = ()) -> None:
         """Write ``model``'s weights (unless a file of the same weights is cached) and load them."""
         self.close()
         self.served = gguf_for(model, self.template, self.cache_dir)

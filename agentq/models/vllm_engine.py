@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Collection, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -144,6 +145,7 @@ class VLLMEngine:
     exact = False
     batches = False
     constrains = False
+    weights_name = None
 
     @staticmethod
     def check_args(key: str, **_) -> None:
@@ -166,7 +168,7 @@ class VLLMEngine:
         self.llm = self._engines[source]
         self.serve(model)
 
-    def serve(self, model) -> None:
+    def serve(self, model, adapters: Sequence[Path] = ()) -> None:
         push_weights(self.llm, model)
 
     def run(self, fn):

@@ -221,14 +221,16 @@ class SearchResult:
     trajectories: list[Trajectory]
     best: Trajectory | None
     stats: SearchStats = field(default_factory=SearchStats)
+    weights: str | None = None  # the server's name for the weights that sampled it (engine=server)
 
     def to_dict(self) -> dict:
-        return {
+        data = {
             "tree": self.tree.to_dict(),
             "trajectories": [t.to_dict() for t in self.trajectories],
             "best": None if self.best is None else self.best.to_dict(),
             "stats": self.stats.to_dict(),
         }
+        return data if self.weights is None else data | {"weights": self.weights}
 
     @classmethod
     def from_dict(cls, data: dict) -> SearchResult:
@@ -238,4 +240,5 @@ class SearchResult:
             trajectories=[Trajectory.from_dict(t) for t in data["trajectories"]],
             best=None if best is None else Trajectory.from_dict(best),
             stats=SearchStats.from_dict(data.get("stats", {})),
+            weights=data.get("weights"),
         )
