@@ -32,7 +32,7 @@ from agentq.data.diagnostics import search_diagnostics
 from agentq.eval_modes import evaluate_iteration
 from agentq.lanes import lanes
 from agentq.layout import write_json
-from agentq.on_ray import evaluate_on_ray, search_on_ray
+from agentq.on_ray import RayPool
 from agentq.parallel import for_each_task
 from agentq.report.collect import load_study
 from agentq.report.tables import runs_table
@@ -47,6 +47,7 @@ def run(cfg: DictConfig) -> dict:
     parts = build(cfg)  # before config.yaml: a refused config leaves nothing to resume
     book = RunBook(cfg, layout, resuming=resuming, env=parts.env)
     status, weights = "failed", None
+    pool = RayPool(layout, parts.parallel) if parts.parallel.get("backend") == "ray" else None
     try:
         model, tokenizer = parts.model.load()
         weights = Weights(model, tokenizer, engine=parts.engine(model, tokenizer))
@@ -55,22 +56,25 @@ def run(cfg: DictConfig) -> dict:
         oracle.write_oracle(cfg, parts.env, test_ids, layout.oracle)  # the scripted oracle on the same goals and budget
         for iteration in range(parts.iterations + 1):
             if iteration > 0:
-                weights.train(improve(parts, book, weights, iteration, train_ids), layout.adapters(iteration))
+                weights.train(improve(parts, book, weights, iteration, train_ids, pool), layout.adapters(iteration))
                 tracking.log_iteration(book.loggers, book.buffer, iteration)
             if iteration > 0 or parts.eval.base:
-                evaluate_iteration(parts, book, weights, iteration, test_ids, remote=on_ray_eval(parts, layout, iteration))
+                remote = functools.partial(pool.evaluate, iteration) if pool and parts.parallel.get("evaluate") else None
+                evaluate_iteration(parts, book, weights, iteration, test_ids, remote=remote)
             summary = book.write_summary()
         status = "success"
         log.info("result (%s):\n%s", layout.root, runs_table(load_study(layout.root)).to_markdown())
         return summary
     finally:
+        if pool is not None:
+            pool.close()
         if weights is not None:
             weights.engine.close()
         parts.close()
         book.close(status)
 
 
-def improve(parts: Components, book: RunBook, weights: Weights, iteration: int, train_ids) -> torch.nn.Module:
+def improve(parts: Components, book: RunBook, weights: Weights, iteration: int, train_ids, pool: RayPool | None) -> torch.nn.Module:
     """Collect, build pairs, train: returns pi_{i+1} (adapter merged)."""
     layout, buffer = book.layout, book.buffer
     model, tokenizer = weights.policy, weights.tokenizer
@@ -81,7 +85,7 @@ def improve(parts: Components, book: RunBook, weights: Weights, iteration: int, 
     policy = parts.policy(model, tokenizer, engine=weights.engine)
     model.eval()
     with book.phase(iteration, "collect"):
-        tasks = collect(parts, book, weights, policy, iteration, train_ids)
+        tasks = collect(parts, book, weights, policy, iteration, train_ids, pool)
         searches = buffer.searches(iteration)
         if not buffer.has_examples(iteration):
             buffer.write_examples(iteration, build_examples(parts, searches, policy, iteration))
@@ -111,29 +115,17 @@ def build_examples(parts: Components, searches, policy, iteration: int) -> list:
     return examples
 
 
-def on_ray_eval(parts: Components, layout, iteration: int):
-    """With ``parallel=ray`` and ``parallel.evaluate``: (mode, task ids) -> their episodes played
-    on Ray actors holding pi_iteration; else None (evaluation in this process)."""
-    if parts.parallel.get("backend") != "ray" or not parts.parallel.get("evaluate"):
-        return None
-
-    def remote(mode: str, task_ids) -> None:
-        evaluate_on_ray(layout, iteration, mode, task_ids, parts.parallel, description=f"eval {mode} (iter {iteration})")
-
-    return remote
-
-
-def collect(parts: Components, book: RunBook, weights: Weights, policy, iteration: int, train_ids) -> list:
+def collect(parts: Components, book: RunBook, weights: Weights, policy, iteration: int, train_ids, pool: RayPool | None) -> list:
     """Search the B training tasks drawn for this iteration (returned), ``collect.concurrency``
-    at a time; each result is written as it finishes."""
+    at a time or on the Ray ``pool``; each result is written as it finishes."""
     rng = np.random.default_rng([parts.seed, iteration])
     count = min(parts.collect_num_tasks, len(train_ids))
     tasks = [train_ids[i] for i in rng.choice(len(train_ids), size=count, replace=False)]
 
     todo = [t for t in tasks if not book.buffer.has_search(iteration, t)]
     description = f"collect (iter {iteration})"
-    if parts.parallel.get("backend") == "ray":
-        search_on_ray(book.layout, iteration, todo, parts.parallel, description=description)
+    if pool is not None:
+        pool.search(iteration, todo, description=description)
         return tasks
     searches = [
         functools.partial(search_task, parts, book.buffer, iteration, lane)

@@ -12,10 +12,10 @@ its seed alone, not on the actor or on how many there are. Each is written to th
 run directory as it finishes (atomically, as without Ray), so a killed run resumes
 from the files on disk.
 
-``parallel.address: null`` starts a local Ray cluster for the phase and stops it
-after; with an address (``auto``, ``host:port``) the actors join a cluster started
-with ``ray start --head``, and the run directory must be on a filesystem every node
-mounts at the same path. Training stays in the driver's process, and so does
+``parallel.address: null`` starts a local Ray cluster at the run's first phase on
+Ray and stops it at the run's end (:class:`RayPool`); with an address (``auto``,
+``host:port``) the actors join a cluster started with ``ray start --head``, and the
+run directory must be on a filesystem every node mounts at the same path. Training stays in the driver's process, and so does
 evaluation with ``parallel.evaluate=false``.
 """
 
@@ -68,10 +68,10 @@ class Worker:
         return task_id
 
     def evaluate(self, iteration: int, mode: str, task_id: Any) -> Any:
-        if mode not in self.episodes:
+        if mode not in self.episodes:  # drawn no further than ``mode``: recovery reads files written before it
             _, test_ids = self.parts.task_ids()
-            found = {m: make for m, make, _ in mode_episodes(self.parts, self.layout, self.weights, test_ids)}
-            self.episodes[mode] = found[mode](self.lane)
+            make = next(make for m, make, _ in mode_episodes(self.parts, self.layout, self.weights, test_ids) if m == mode)
+            self.episodes[mode] = make(self.lane)
         ev.evaluate_task(
             self.episodes[mode], task_id, layout=self.layout, iteration=iteration, mode=mode,
             seed=self.parts.seed, weights=self.weights.engine.weights_name,
@@ -83,66 +83,100 @@ class Worker:
         self.parts.close()
 
 
-def search_on_ray(layout: RunLayout, iteration: int, task_ids: Sequence[Any], parallel: dict, *, description: str) -> None:
-    """Search ``task_ids`` with pi_{iteration - 1} (the trees of ``iteration``'s collection)."""
-    calls = [("search", (iteration, task_id)) for task_id in task_ids]
-    on_ray(layout, iteration - 1, calls, parallel, description=description, unit="searches")
+class RayPool:
+    """The run's Ray actors: the cluster started (or joined) once per run, the actors
+    holding pi_j kept while consecutive phases use the same policy (the evaluation
+    modes of iteration j, then the collection of j + 1) and stopped before training."""
 
+    def __init__(self, layout: RunLayout, parallel: dict) -> None:
+        self.layout, self.parallel = layout, parallel
+        self.actors: list[Any] = []
+        self.policy_iteration: int | None = None
+        self.started = False  # this pool started the cluster (and stops it)
 
-def evaluate_on_ray(
-    layout: RunLayout, iteration: int, mode: str, task_ids: Sequence[Any], parallel: dict, *, description: str
-) -> None:
-    """Evaluate pi_``iteration`` in ``mode`` on ``task_ids``: each episode's file written by an actor."""
-    calls = [("evaluate", (iteration, mode, task_id)) for task_id in task_ids]
-    on_ray(layout, iteration, calls, parallel, description=description, unit="episodes")
+    def search(self, iteration: int, task_ids: Sequence[Any], *, description: str) -> None:
+        """Search ``task_ids`` with pi_{iteration - 1} (the trees of ``iteration``'s collection)."""
+        calls = [("search", (iteration, task_id)) for task_id in task_ids]
+        self.run(iteration - 1, calls, description=description, unit="searches")
+        self.stop_actors()  # training comes next, then another policy: their memory (and GPUs) go back
 
+    def evaluate(self, iteration: int, mode: str, task_ids: Sequence[Any]) -> None:
+        """Evaluate pi_``iteration`` in ``mode`` on ``task_ids``: each episode's file written by an actor."""
+        calls = [("evaluate", (iteration, mode, task_id)) for task_id in task_ids]
+        self.run(iteration, calls, description=f"eval {mode} (iter {iteration})", unit="episodes")
 
-def on_ray(
-    layout: RunLayout, policy_iteration: int, calls: Sequence[tuple[str, tuple]], parallel: dict, *, description: str, unit: str
-) -> None:
-    """Run ``calls`` (a :class:`Worker` method's name and its arguments) on
-    ``parallel["workers"]`` Ray actors holding pi_``policy_iteration``, the next call to
-    the first actor free; raises RuntimeError if one failed (what others wrote is kept)."""
-    if not calls:
-        return
-    import ray  # an optional dependency: validation.check_parallel refused parallel=ray without it
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no usage report to anywhere
-    workers, cpus = min(parallel["workers"], len(calls)), parallel["cpus_per_worker"]
-    started = not ray.is_initialized()
-    if started:
-        local = parallel.get("address") is None
-        ray.init(
-            address=parallel.get("address"), include_dashboard=False, logging_level=logging.WARNING,
-            **({"num_cpus": workers * cpus, "object_store_memory": 128 * 2**20} if local else {}),
-        )  # fmt: skip
-    Actor = ray.remote(num_cpus=cpus, num_gpus=parallel.get("gpus_per_worker", 0))(Worker)
-    actors = [Actor.remote(str(layout.root), policy_iteration, cpus) for _ in range(workers)]
-    todo = list(calls)
+    def run(self, policy_iteration: int, calls: Sequence[tuple[str, tuple]], *, description: str, unit: str) -> None:
+        """``calls`` (a :class:`Worker` method's name and its arguments) on actors holding
+        pi_``policy_iteration``, the next call to the first actor free; raises RuntimeError
+        if one failed (what the others wrote is kept)."""
+        if not calls:
+            return
+        import ray  # an optional dependency: validation.check_parallel refused parallel=ray without it
 
-    def submit(actor):
-        method, args = todo.pop(0)
-        return getattr(actor, method).remote(*args)
+        self.start_actors(policy_iteration, min(self.parallel["workers"], len(calls)))
+        todo = list(calls)
 
-    try:
-        running = {submit(actor): actor for actor in actors if todo}
-        with phase(description, total=len(calls), unit=unit) as advance:
-            while running:
-                [ready], _ = ray.wait(list(running), num_returns=1)
-                actor = running.pop(ready)
-                ray.get(ready)  # the call's exception, if it raised
-                advance(1)
-                if todo:
-                    running[submit(actor)] = actor
-    except ray.exceptions.RayError as e:
-        raise RuntimeError(
-            f"{description}: a Ray worker failed ({e}); finished tasks are on disk: resume the run to redo only the rest"
-        ) from e
-    finally:
+        def submit(actor):
+            method, args = todo.pop(0)
+            return getattr(actor, method).remote(*args)
+
         try:
-            ray.get([actor.close.remote() for actor in actors], timeout=60)
+            running = {submit(actor): actor for actor in self.actors if todo}
+            with phase(description, total=len(calls), unit=unit) as advance:
+                while running:
+                    [ready], _ = ray.wait(list(running), num_returns=1)
+                    actor = running.pop(ready)
+                    ray.get(ready)  # the call's exception, if it raised
+                    advance(1)
+                    if todo:
+                        running[submit(actor)] = actor
+        except ray.exceptions.RayError as e:
+            self.close()
+            raise RuntimeError(
+                f"{description}: a Ray worker failed ({e}); finished tasks are on disk: resume the run to redo only the rest"
+            ) from e
+
+    def start_actors(self, policy_iteration: int, count: int) -> None:
+        """At least ``count`` actors holding pi_``policy_iteration`` (the cluster first, once)."""
+        import ray
+
+        if not ray.is_initialized():
+            os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no usage report to anywhere
+            local = self.parallel.get("address") is None
+            resources = self.parallel["workers"] * self.parallel["cpus_per_worker"]
+            ray.init(
+                address=self.parallel.get("address"), include_dashboard=False, logging_level=logging.WARNING,
+                **({"num_cpus": resources, "object_store_memory": 128 * 2**20} if local else {}),
+            )  # fmt: skip
+            self.started = True
+        if policy_iteration != self.policy_iteration:
+            self.stop_actors()
+            self.policy_iteration = policy_iteration
+        cpus = self.parallel["cpus_per_worker"]
+        Actor = ray.remote(num_cpus=cpus, num_gpus=self.parallel.get("gpus_per_worker", 0))(Worker)
+        while len(self.actors) < count:
+            self.actors.append(Actor.remote(str(self.layout.root), policy_iteration, cpus))
+
+    def stop_actors(self) -> None:
+        if not self.actors:
+            return
+        import ray
+
+        try:
+            ray.get([actor.close.remote() for actor in self.actors], timeout=60)
         except ray.exceptions.RayError:
-            log.warning("%s: a Ray worker did not close cleanly", description)
-        for actor in actors:
+            log.warning("a Ray worker did not close cleanly")
+        for actor in self.actors:
             ray.kill(actor)
-        if started:
+        self.actors, self.policy_iteration = [], None
+
+    def close(self) -> None:
+        """Stop the actors, and the cluster if this pool started it."""
+        if not self.actors and not self.started:
+            return
+        import ray
+
+        self.stop_actors()
+        if self.started:
             ray.shutdown()
+            self.started = False

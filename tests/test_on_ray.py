@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from agentq import loop
 from agentq.components import build
 from agentq.loop import run
-from agentq.on_ray import evaluate_on_ray, search_on_ray
+from agentq.on_ray import RayPool
 from tests.test_concurrency import records, same
 from tests.test_loop import check_summary
 from tests.test_resume import kill_when, resume, snapshot
@@ -37,18 +36,25 @@ def ray_processes() -> set[str]:
 @pytest.mark.slow
 def test_two_ray_workers_search_and_evaluate_as_one_process_and_leave_no_process(make_cfg, tmp_path, monkeypatch):
     others = ray_processes()  # a cluster of the user's own is left alone
-    phases = []
-    monkeypatch.setattr(loop, "search_on_ray", lambda *a, **k: phases.append(("collect", a[1])) or search_on_ray(*a, **k))
-    monkeypatch.setattr(loop, "evaluate_on_ray", lambda *a, **k: phases.append((a[2], a[1])) or evaluate_on_ray(*a, **k))
+    phases, starts = [], []
+    run_calls, start_actors = RayPool.run, RayPool.start_actors
+    monkeypatch.setattr(RayPool, "run", lambda self, j, calls, **k: phases.append((calls[0][0], j)) or run_calls(self, j, calls, **k))
+
+    def start(self, policy_iteration, count):
+        if policy_iteration != self.policy_iteration:
+            starts.append(policy_iteration)
+        start_actors(self, policy_iteration, count)
+
+    monkeypatch.setattr(RayPool, "start_actors", start)
     budgets = [
         *BUDGETS, "iterations=2", "collect.num_tasks=4", "eval.num_tasks=2",
         "eval.search=true", "eval.search_num_tasks=1", "eval.search_modes=[committed]",
     ]  # fmt: skip
     run(make_cfg(*budgets, f"paths.run_dir={tmp_path / 'local'}"))
     summary = run(make_cfg(*budgets, "parallel=ray", "parallel.workers=2", f"paths.run_dir={tmp_path / 'ray'}"))
-    assert phases == [
-        ("collect", 1), ("zero_shot", 1), ("committed", 1), ("collect", 2), ("zero_shot", 2), ("committed", 2)
-    ]  # fmt: skip
+    # Each phase went to Ray with its policy: pi_0 collects, pi_1 is evaluated and collects, pi_2 is evaluated.
+    assert phases == [("search", 0), ("evaluate", 1), ("evaluate", 1), ("search", 1), ("evaluate", 2), ("evaluate", 2)]
+    assert starts == [0, 1, 2]  # actors started once per policy, kept across its phases
     check_summary(summary, iterations=2, modes=("zero_shot", "committed"), base=False)
     for iteration in (1, 2):
         for folder, count in (("collect", 4), ("eval/zero_shot", 2), ("eval/committed", 1)):
@@ -57,7 +63,7 @@ def test_two_ray_workers_search_and_evaluate_as_one_process_and_leave_no_process
             assert len(local) == count, folder
             assert same(local, on_ray) == [], folder  # floats to 1e-4: 1 torch thread per actor instead of 2
     assert (tmp_path / "ray" / "iter_001" / "adapter").exists()  # iteration 2's actors merged it
-    assert ray_processes() <= others  # the local clusters stopped with their phases
+    assert ray_processes() <= others  # the local cluster stopped with the run
 
 
 @pytest.mark.parametrize(
