@@ -155,7 +155,8 @@ def evaluate(
     at = {"layout": layout, "iteration": iteration, "mode": mode, "seed": seed, "weights": weights}
     lanes = [functools.partial(evaluate_task, e, **at) for e in ([episode] if callable(episode) else episode)]
     todo = [t for t in task_ids if not layout.episode(iteration, mode, t).exists()]
-    for_each_task(lanes, todo, workers=workers, description=f"eval {mode} (iter {iteration})")
+    if todo:  # (none when a resumed run finished them, or Ray actors played them)
+        for_each_task(lanes, todo, workers=workers, description=f"eval {mode} (iter {iteration})")
     return aggregate([read_json(layout.episode(iteration, mode, t)) for t in task_ids])
 
 

@@ -231,7 +231,7 @@ def check_parallel(select: Callable) -> None:
     if backend != "ray":
         return
     if importlib.util.find_spec("ray") is None:
-        raise ImportError("parallel=ray needs Ray: pip install 'ray>=2.50,<3' (or `pip install -e .[ray]`)")
+        raise ImportError("parallel=ray needs Ray, an optional dependency: pip install -e '.[ray]' (its range is in pyproject.toml)")
     require_int("parallel.workers", select("parallel.workers"), 1)
     require_int("parallel.cpus_per_worker", select("parallel.cpus_per_worker"), 1)
     gpus = select("parallel.gpus_per_worker", default=0)
