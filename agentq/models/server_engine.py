@@ -50,7 +50,12 @@ import torch
 from agentq.models.engine import request_seed
 from agentq.models.sampling import Sample
 from agentq.models.stacking import stack_adapters
-from agentq.models.vllm_engine import sampling_kwargs
+from agentq.models.vllm_engine import (
+    check_request,
+    completed_sample,
+    k_completions,
+    sampling_kwargs,
+)
 
 log = logging.getLogger(__name__)
 
@@ -98,14 +103,9 @@ def adapters_digest(adapters: Sequence[Path]) -> str:
 
 def samples_from_choices(answer: dict, k: int, *, tokenizer, eos_token_ids: Collection[int]) -> list[Sample]:
     """Our samples from one completions answer (a single greedy choice is repeated ``k`` times)."""
-    choices = sorted(answer["choices"], key=lambda choice: choice["index"])
-    if len(choices) == 1 and k > 1:
-        choices = choices * k
-    if len(choices) != k:
-        raise ServerError(f"the server returned {len(choices)} completions for n={k}")
     eos = set(eos_token_ids)
     samples = []
-    for choice in choices:
+    for choice in k_completions(sorted(answer["choices"], key=lambda choice: choice["index"]), k, "server"):
         logprobs = choice.get("logprobs") or {}
         tokens, token_logprobs = logprobs.get("tokens"), logprobs.get("token_logprobs")
         if tokens is None or token_logprobs is None or any(not t.startswith(TOKEN_PREFIX) for t in tokens):
@@ -119,15 +119,7 @@ def samples_from_choices(answer: dict, k: int, *, tokenizer, eos_token_ids: Coll
         if finished and (not ids or ids[-1] not in eos) and isinstance(stop, int) and stop in eos:
             ids.append(stop)  # a server that leaves the stop token out of the tokens it lists
             token_logprobs = [*token_logprobs, 0.0]
-        text_ids = ids[:-1] if ids and ids[-1] in eos else ids
-        samples.append(
-            Sample(
-                text=tokenizer.decode(text_ids, skip_special_tokens=True),
-                token_ids=tuple(ids),
-                logprob=float(sum(token_logprobs)),
-                finished=finished,
-            )
-        )
+        samples.append(completed_sample(ids, sum(token_logprobs), finished, tokenizer=tokenizer, eos_token_ids=eos))
     return samples
 
 
@@ -229,10 +221,7 @@ class ServerEngine:
         prefix_cache=None,  # the server's prefix caching serves instead
     ) -> list[Sample]:
         """As :func:`agentq.models.sampling.sample_k`; the request's seed comes from ``generator``."""
-        if k < 1:
-            raise ValueError(f"sample_k: k must be >= 1, got {k}")
-        if constraint is not None:
-            raise ValueError("engine=server does not take the COMMAND constraint: set agent.sampling.constrain_command=false")
+        check_request("server", k, constraint)
         seed = request_seed(generator)
         body = {
             "model": self.weights_name,

@@ -95,29 +95,41 @@ def sampling_kwargs(
     }
 
 
-def samples_from_output(output: Any, k: int, *, tokenizer, eos_token_ids: Collection[int]) -> list[Sample]:
-    """Our samples from one vLLM ``RequestOutput`` (its ``.outputs`` are the
-    completions); a single greedy completion is repeated ``k`` times."""
-    completions = list(output.outputs)
+def check_request(engine: str, k: int, constraint: Any) -> None:
+    """What an engine without a logits hook refuses in a request."""
+    if k < 1:
+        raise ValueError(f"sample_k: k must be >= 1, got {k}")
+    if constraint is not None:
+        raise ValueError(f"engine={engine} does not take the COMMAND constraint: set agent.sampling.constrain_command=false")
+
+
+def k_completions(completions: Sequence[Any], k: int, engine: str) -> list[Any]:
+    """The ``k`` completions of a request; a single greedy one is repeated ``k`` times."""
+    completions = list(completions)
     if len(completions) == 1 and k > 1:
         completions = completions * k
     if len(completions) != k:
-        raise ValueError(f"vLLM returned {len(completions)} completions for k={k}")
-    eos = set(eos_token_ids)
-    samples = []
-    for completion in completions:
-        ids = tuple(int(t) for t in completion.token_ids)
-        finished = completion.finish_reason == "stop"
-        text_ids = ids[:-1] if ids and ids[-1] in eos else ids
-        samples.append(
-            Sample(
-                text=tokenizer.decode(list(text_ids), skip_special_tokens=True),
-                token_ids=ids,
-                logprob=completion_logprob(completion, ids),
-                finished=finished,
-            )
-        )
-    return samples
+        raise ValueError(f"engine={engine} returned {len(completions)} completions for k={k}")
+    return completions
+
+
+def completed_sample(ids: Sequence[int], logprob: float, finished: bool, *, tokenizer, eos_token_ids: Collection[int]) -> Sample:
+    """A completion's sample: its text decoded without the end token, as on the HF path."""
+    ids = tuple(int(t) for t in ids)
+    text_ids = ids[:-1] if ids and ids[-1] in set(eos_token_ids) else ids
+    text = tokenizer.decode(list(text_ids), skip_special_tokens=True)
+    return Sample(text=text, token_ids=ids, logprob=float(logprob), finished=finished)
+
+
+def samples_from_output(output: Any, k: int, *, tokenizer, eos_token_ids: Collection[int]) -> list[Sample]:
+    """Our samples from one vLLM ``RequestOutput`` (its ``.outputs`` are the completions)."""
+    return [
+        completed_sample(
+            completion.token_ids, completion_logprob(completion, completion.token_ids),
+            completion.finish_reason == "stop", tokenizer=tokenizer, eos_token_ids=eos_token_ids,
+        )  # fmt: skip
+        for completion in k_completions(output.outputs, k, "vllm")
+    ]
 
 
 def completion_logprob(completion: Any, ids: Sequence[int]) -> float:
@@ -194,10 +206,7 @@ class VLLMEngine:
     ) -> list[Sample]:
         """As :func:`agentq.models.sampling.sample_k`; the request's seed is drawn
         from ``generator``, so draws are reproducible per call."""
-        if k < 1:
-            raise ValueError(f"sample_k: k must be >= 1, got {k}")
-        if constraint is not None:
-            raise ValueError("engine=vllm does not take the COMMAND constraint: set agent.sampling.constrain_command=false")
+        check_request("vllm", k, constraint)
         seed = request_seed(generator)
         params = self._vllm.SamplingParams(
             **sampling_kwargs(
