@@ -183,13 +183,31 @@ def iteration_index(run_dir: Path, iteration: str) -> int:
     return 0 if iteration == "base" else int(OmegaConf.load(RunLayout(run_dir).config).iterations)
 
 
-def read_episodes(run_dir: Path, iteration: str, mode: str) -> list[dict] | None:
-    """The evaluation episodes of a run's base or last iteration, or None if not evaluated."""
+def read_episodes(run_dir: Path, iteration: str | int, mode: str) -> list[dict] | None:
+    """The evaluation episodes of a run's base or last iteration (or iteration ``i``), or
+    None if not evaluated."""
     layout = RunLayout(run_dir)
     if not layout.config.exists():
         return None
-    files = sorted(layout.episodes(iteration_index(run_dir, iteration), mode, legacy=True).glob(TASK_GLOB))
+    index = iteration if isinstance(iteration, int) else iteration_index(run_dir, iteration)
+    files = sorted(layout.episodes(index, mode, legacy=True).glob(TASK_GLOB))
     return [json.loads(p.read_text()) for p in files] or None
+
+
+def episode_metrics(episodes: list[dict]) -> dict:
+    """Success with its Wilson 95% interval, average reward with its bootstrap one, model calls per task."""
+    success = [bool(e["trajectory"]["success"]) for e in episodes]
+    reward = [float(e["trajectory"]["score"]) for e in episodes]
+    calls = [SearchStats.from_dict(e["stats"]).model_calls for e in episodes]
+    s_lo, s_hi = wilson_interval(sum(success), len(success))
+    return {
+        "tasks": len(episodes),
+        "success_pct": 100 * sum(success) / len(success),
+        "success_ci": (100 * s_lo, 100 * s_hi),
+        "avg_reward": sum(reward) / len(reward),
+        "reward_ci": bootstrap_interval(reward),
+        "model_calls": sum(calls) / len(calls),
+    }
 
 
 def cost_per_success(run_dir: Path, iteration: str, mode: str, episodes: list[dict]) -> dict[str, float | None]:
@@ -229,23 +247,7 @@ def table_rows(out: Path, methods=METHODS) -> list[dict]:
         if episodes is None:
             rows.append(entry | {"tasks": 0})
             continue
-        success = [bool(e["trajectory"]["success"]) for e in episodes]
-        reward = [float(e["trajectory"]["score"]) for e in episodes]
-        calls = [SearchStats.from_dict(e["stats"]).model_calls for e in episodes]
-        s_lo, s_hi = wilson_interval(sum(success), len(success))
-        r_lo, r_hi = bootstrap_interval(reward)
-        rows.append(
-            entry
-            | {
-                "tasks": len(episodes),
-                "success_pct": 100 * sum(success) / len(success),
-                "success_ci": (100 * s_lo, 100 * s_hi),
-                "avg_reward": sum(reward) / len(reward),
-                "reward_ci": (r_lo, r_hi),
-                "model_calls": sum(calls) / len(calls),
-            }
-            | cost_per_success(run_dir, row.iteration, row.mode, episodes)
-        )
+        rows.append(entry | episode_metrics(episodes) | cost_per_success(run_dir, row.iteration, row.mode, episodes))
     rows.append(oracle_table_row(out / "runs" / anchor))
     return rows
 
@@ -299,36 +301,52 @@ def to_markdown(rows: list[dict]) -> str:
             lines.append(f"| {r['method']} | {dash} | {dash} | 0 | {dash} | {dash} | {r['examples']} | {r['source']} |")
             continue
         lines.append(
-            f"| {r['method']} | {r['success_pct']:.1f} [{r['success_ci'][0]:.1f}, {r['success_ci'][1]:.1f}] "
-            f"| {r['avg_reward']:.3f} [{r['reward_ci'][0]:.3f}, {r['reward_ci'][1]:.3f}] "
-            f"| {r['tasks']} | {r['model_calls']:.1f} | {_costs(r)} | {r['examples']} | {r['source']} |"
+            f"| {r['method']} | {_cells(r)} | {r['tasks']} | {r['model_calls']:.1f} | {_costs(r)} "
+            f"| {r['examples']} | {r['source']} |"
         )
     return "\n".join(lines) + "\n"
 
 
+def _cells(r: dict) -> str:
+    """A row's success and average reward with their intervals, as the table prints them."""
+    return (
+        f"{r['success_pct']:.1f} [{r['success_ci'][0]:.1f}, {r['success_ci'][1]:.1f}] "
+        f"| {r['avg_reward']:.3f} [{r['reward_ci'][0]:.3f}, {r['reward_ci'][1]:.3f}]"
+    )
+
+
 def diagnostics_markdown(run_dir: Path) -> str:
-    """Per iteration of the anchor run: where its training data came from and how well the
-    critic agreed with the tree (``iter_*/search.json``, agentq.data.diagnostics); empty
+    """Per iteration of the anchor run: where its training data came from, how well the
+    critic agreed with the tree (``iter_*/search.json``, agentq.data.diagnostics), and the
+    zero-shot evaluation of the policy it ended with (iteration 0: the base policy); empty
     when the run has no summary yet."""
     summary = RunLayout(run_dir).summary
     if not summary.exists():
         return ""
     lines = [
-        "| iteration | examples | outcome-backed pairs | critic-only pairs | critic tau (nodes) | critic top-1 "
-        "| SFT: revisions judged / fallback / good paths / good paths that succeeded / RFT successes |",
-        "|---|---|---|---|---|---|---|",
+        "| iteration | examples | outcome-backed pairs | critic-only pairs | pairs with an untried action "
+        "| critic tau (nodes) | critic top-1 "
+        "| SFT: revisions judged / fallback / good paths / good paths that succeeded / RFT successes "
+        "| zero-shot success % [95% CI] | avg reward [95% CI] |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
+    dash = NOT_EVALUATED
     for it in json.loads(summary.read_text())["iterations"]:
+        episodes = read_episodes(run_dir, it["iteration"], ZERO_SHOT)
+        evaluated = _cells(episode_metrics(episodes)) if episodes else f"{dash} | {dash}"
         search = it.get("search")
+        if search is None and episodes is None:
+            continue
         if search is None:
+            lines.append(f"| {it['iteration']} | {' | '.join([dash] * 7)} | {evaluated} |")
             continue
         pairs, critic, sft = search["pairs"], search["critic"], search.get("sft", {})
-        tau = NOT_EVALUATED if critic["kendall_tau"] is None else f"{critic['kendall_tau']:.2f} ({critic['tau_nodes']})"
-        top1 = NOT_EVALUATED if critic["top1"] is None else f"{critic['top1']:.2f}"
+        tau = dash if critic["kendall_tau"] is None else f"{critic['kendall_tau']:.2f} ({critic['tau_nodes']})"
+        top1 = dash if critic["top1"] is None else f"{critic['top1']:.2f}"
         sources = " / ".join(str(sft.get(k, 0)) for k in SFT_SOURCES)
         lines.append(
-            f"| {it['iteration']} | {it.get('num_examples', NOT_EVALUATED)} | {pairs['outcome']} "
-            f"| {pairs['critic_only']} | {tau} | {top1} | {sources} |"
+            f"| {it['iteration']} | {it.get('num_examples', dash)} | {pairs['outcome']} "
+            f"| {pairs['critic_only']} | {pairs.get('untried', dash)} | {tau} | {top1} | {sources} | {evaluated} |"
         )
     return "\n".join(lines) + "\n" if len(lines) > 2 else ""
 
@@ -354,7 +372,7 @@ def write_table(out: Path, command: str, methods=METHODS) -> str:
     anchor = anchor_of(methods).name
     diagnostics = diagnostics_markdown(out / "runs" / anchor)
     if diagnostics:
-        markdown += f"\nWhere the {anchor} run's data came from, per iteration:\n\n{diagnostics}"
+        markdown += f"\nPer iteration of the {anchor} run: where its data came from, and its policy zero-shot:\n\n{diagnostics}"
     (out / "table.md").write_text(f"{markdown}\nCommand: `{command}`\n")
     (out / "table.csv").write_text(to_csv(rows))
     return markdown

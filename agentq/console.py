@@ -49,6 +49,8 @@ def quiet_libraries() -> None:
     logging.getLogger("bm25s").addFilter(_INFO_AND_ABOVE)
     # gguf's writer logs each file's tensor list at INFO; the OpenVINO engine logs the one line that matters.
     logging.getLogger("gguf").setLevel(logging.WARNING)
+    # The same rename's log line (silence_warnings has its warning), also logged when we read an output's `.past_key_values`.
+    logging.getLogger("transformers.utils.generic").addFilter(_OLD_CACHE_NAME)
     hide_transformers_bars()
 
 
@@ -61,6 +63,13 @@ def silence_warnings() -> None:
         message=r"`is_gradient_checkpointing` is deprecated",
         category=FutureWarning,
         module=r"transformers\.modeling_utils\Z",
+    )
+    # transformers 5.24 renamed the forward's `past_key_values` to `cache`. We keep the old keyword, which
+    # every version in our range takes (5.0-5.23 know no `cache`); pyproject stops the range before 5.40 drops it.
+    warnings.filterwarnings(
+        "ignore",
+        message=r"`past_key_values` is deprecated and will be removed in version 5\.40",
+        category=FutureWarning,
     )
     # Lightning 2.6's own pytree helper builds torch's deprecated LeafSpec at every fit: Lightning's to update, harmless.
     warnings.filterwarnings(
@@ -88,6 +97,7 @@ class _InfoAndAbove(logging.Filter):
 
 
 _INFO_AND_ABOVE = _InfoAndAbove()
+_OLD_CACHE_NAME = _DropMessages("`past_key_values`/`cache_params` are deprecated")
 _LIGHTNING_TIPS = _DropMessages(
     # An advertisement for a cloud logger, at every Trainer: we log to CSV (and W&B).
     "💡 Tip: For seamless cloud logging and experiment tracking, try installing [litlogger]",

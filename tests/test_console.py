@@ -206,7 +206,20 @@ def gradient_checkpointing_alias():
     LlamaForCausalLM(config).is_gradient_checkpointing  # what peft's PeftModel reads  # noqa: B018
 
 
-@pytest.mark.parametrize(("trigger", "text"), [(leafspec, "LeafSpec"), (gradient_checkpointing_alias, "is_gradient_checkpointing")])
+def old_cache_keyword():
+    import torch
+    from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=32, hidden_size=8, intermediate_size=16, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1
+    )
+    LlamaForCausalLM(config)(input_ids=torch.tensor([[1, 2]]), past_key_values=DynamicCache(), use_cache=True)  # as our forwards pass it
+
+
+@pytest.mark.parametrize(
+    ("trigger", "text"),
+    [(leafspec, "LeafSpec"), (gradient_checkpointing_alias, "is_gradient_checkpointing"), (old_cache_keyword, "`past_key_values`")],
+)
 def test_each_named_warning_is_silenced(trigger, text):
     assert any(text in m for m in recorded(trigger))  # the library still warns: the filter is not stale
 

@@ -62,7 +62,13 @@ def test_pairs_split_into_outcome_backed_and_critic_only():
         if next(c for c in t.children(t.nodes[p.node_id]) if c.action == p.chosen).q_mcts
         == next(c for c in t.children(t.nodes[p.node_id]) if c.action == p.rejected).q_mcts
     )  # fmt: skip
-    assert sources == {"outcome": len(pairs) - expected_critic_only, "critic_only": expected_critic_only, "unmatched": 0}
+    untried = sum(
+        1 for p in pairs
+        if min(c.visits for c in t.children(t.nodes[p.node_id]) if c.action in (p.chosen, p.rejected)) == 0
+    )  # fmt: skip
+    expected = {"outcome": len(pairs) - expected_critic_only, "critic_only": expected_critic_only, "unmatched": 0}
+    assert sources == expected | {"untried": untried}
+    assert untried >= 1  # A vs D and B vs D: D was never visited, yet its Q_mcts 0 makes them outcome-backed
     assert sources["critic_only"] >= 1 and sources["outcome"] >= 1  # A vs C (both Q .2), A vs B
     assert pair_sources([], pairs)["unmatched"] == len(pairs)
 

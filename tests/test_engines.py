@@ -92,13 +92,14 @@ def at_once(draw, requests: list) -> list:
     return together
 
 
-def beside_others_changes_by_rounding_only(draw, requests: list) -> None:
+def beside_others_changes_by_rounding_only(draw, requests: list) -> list:
     """Drawn twice one after another, every request's samples are the same bitwise; drawn
     all at once, most are the same and the rest moved by rounding only. The pipeline's
     kernels depend on the batch (experiments/benchmarks/table.md, "OpenVINO: a request
     alone vs beside others"): a sample's log-prob moves in the last digits and, now and
     then, a token at temperature 1 crosses to its neighbour's share of the draw. A
-    request handed another's result would differ in nearly every sample."""
+    request handed another's result would differ in nearly every sample. Returns the draws
+    made alone."""
     alone = [draw(i, r) for i, r in enumerate(requests)]
     assert [draw(i, r) for i, r in enumerate(requests)] == alone
     together = at_once(draw, requests)
@@ -107,6 +108,7 @@ def beside_others_changes_by_rounding_only(draw, requests: list) -> None:
     assert len(pairs) - len(same_tokens) <= max(1, len(pairs) // 10)
     for a, b in same_tokens:
         assert b.logprob == pytest.approx(a.logprob, abs=1e-3)
+    return alone
 
 
 def test_requests_beside_a_request_change_it_by_rounding_only(tiny, engine):
@@ -117,8 +119,8 @@ def test_requests_beside_a_request_change_it_by_rounding_only(tiny, engine):
         return engine.sample(ids, 3, max_new_tokens=10, temperature=1.0, top_p=1.0, eos_token_ids={2}, generator=generator)
 
     requests = prompts(tokenizer, 8)
-    beside_others_changes_by_rounding_only(draw, requests)
-    assert len({s.token_ids for i, ids in enumerate(requests) for s in draw(i, ids)}) > 8  # the seeds draw different samples
+    alone = beside_others_changes_by_rounding_only(draw, requests)
+    assert len({s.token_ids for samples in alone for s in samples}) > 8  # the seeds draw different samples
 
 
 def test_what_the_engine_cannot_report_is_refused(tiny, engine):

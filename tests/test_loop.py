@@ -35,7 +35,9 @@ def check_summary(summary: dict, iterations: int, modes=("zero_shot", "committed
             assert set(it["train"]) >= {"loss", "reward_accuracy"}
             search = it["search"]  # agentq.data.diagnostics of the iteration's trees and pairs
             assert set(search["critic"]) == {"nodes", "kendall_tau", "tau_nodes", "top1"}
-            assert search["pairs"]["unmatched"] == 0 and sum(search["pairs"].values()) == it["num_examples"]
+            pairs = search["pairs"]  # every pair outcome-backed or critic-only; "untried" counts some of either
+            assert pairs["unmatched"] == 0 and pairs["outcome"] + pairs["critic_only"] == it["num_examples"]
+            assert 0 <= pairs["untried"] <= it["num_examples"]
     assert summary["wall_seconds"] > 0
     assert summary["decoding"]["dpo_reference"] in ("the trainer's forward pass", "logged at sampling (the HF engine, the trainer's numerics)")
 

@@ -12,7 +12,10 @@ by that value (Eq. 11), so two questions decide whether its data can help:
 - **Where do the pairs come from?** A pair is *outcome-backed* when its two
   actions' backed-up values differ (their rollouts reached different results),
   *critic-only* when those are equal and only the critic's scores separate the
-  two (e.g. siblings never rolled out, or both failed alike).
+  two (e.g. siblings never rolled out, or both failed alike). An action never
+  visited has Q_mcts = 0 without any rollout, so a pair of a tried action and an
+  *untried* sibling counts as outcome-backed although only one side has an
+  outcome: the pairs with an untried action are counted apart as well.
 - **What the SFT data is made of** (RFT, Agent-R): examples by source, and where
   each Agent-R revision was spliced: at a step the actor judged Bad, or at the
   divergence point because it judged none Bad (the fallback).
@@ -77,14 +80,15 @@ def critic_agreement(trees: Iterable[Tree], min_visits: int = 2) -> dict[str, An
 
 
 def pair_sources(results: Iterable[SearchResult], pairs: Iterable[Any]) -> dict[str, int]:
-    """How many step pairs are outcome-backed and how many critic-only (other examples ignored)."""
-    backed: dict[tuple[str, int, str], float] = {}
+    """How many step pairs are outcome-backed and how many critic-only, and how many of
+    either have an untried (never visited) action ("untried"); other examples ignored."""
+    backed: dict[tuple[str, int, str], tuple[float, int]] = {}
     for result in results:
         tree = result.tree
         for node in tree.nodes:
             for child in tree.children(node):
-                backed[(str(tree.task_id), node.id, child.action)] = child.q_mcts
-    counts = {"outcome": 0, "critic_only": 0, "unmatched": 0}
+                backed[(str(tree.task_id), node.id, child.action)] = (child.q_mcts, child.visits)
+    counts = {"outcome": 0, "critic_only": 0, "unmatched": 0, "untried": 0}
     for pair in pairs:
         if not isinstance(pair, StepPair):
             continue
@@ -93,7 +97,8 @@ def pair_sources(results: Iterable[SearchResult], pairs: Iterable[Any]) -> dict[
         if chosen is None or rejected is None:
             counts["unmatched"] += 1  # a pair from another tree layout (e.g. a replayed adapter's)
         else:
-            counts["outcome" if chosen != rejected else "critic_only"] += 1
+            counts["outcome" if chosen[0] != rejected[0] else "critic_only"] += 1
+            counts["untried"] += chosen[1] == 0 or rejected[1] == 0
     return counts
 
 
