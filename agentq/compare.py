@@ -183,14 +183,16 @@ def iteration_index(run_dir: Path, iteration: str) -> int:
     return 0 if iteration == "base" else int(OmegaConf.load(RunLayout(run_dir).config).iterations)
 
 
-def read_episodes(run_dir: Path, iteration: str | int, mode: str) -> list[dict] | None:
-    """The evaluation episodes of a run's base or last iteration (or iteration ``i``), or
-    None if not evaluated."""
-    layout = RunLayout(run_dir)
-    if not layout.config.exists():
+def read_episodes(run_dir: Path, iteration: str, mode: str) -> list[dict] | None:
+    """The evaluation episodes of a run's ``"base"`` or ``"last"`` iteration, or None if not evaluated."""
+    if not RunLayout(run_dir).config.exists():
         return None
-    index = iteration if isinstance(iteration, int) else iteration_index(run_dir, iteration)
-    files = sorted(layout.episodes(index, mode, legacy=True).glob(TASK_GLOB))
+    return episodes_at(run_dir, iteration_index(run_dir, iteration), mode)
+
+
+def episodes_at(run_dir: Path, index: int, mode: str) -> list[dict] | None:
+    """The evaluation episodes of iteration ``index`` (0: the base policy), or None if not evaluated."""
+    files = sorted(RunLayout(run_dir).episodes(index, mode, legacy=True).glob(TASK_GLOB))
     return [json.loads(p.read_text()) for p in files] or None
 
 
@@ -332,7 +334,7 @@ def diagnostics_markdown(run_dir: Path) -> str:
     ]
     dash = NOT_EVALUATED
     for it in json.loads(summary.read_text())["iterations"]:
-        episodes = read_episodes(run_dir, it["iteration"], ZERO_SHOT)
+        episodes = episodes_at(run_dir, it["iteration"], ZERO_SHOT)
         evaluated = _cells(episode_metrics(episodes)) if episodes else f"{dash} | {dash}"
         search = it.get("search")
         if search is None and episodes is None:

@@ -12,6 +12,14 @@ ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
 
 
+def pytest_configure(config):
+    # The library warnings the entry points silence, silenced here too (pytest keeps filters set
+    # while it configures), so the log's warnings summary shows only what is news.
+    from agentq.console import silence_warnings
+
+    silence_warnings()
+
+
 @pytest.fixture
 def make_cfg(tmp_path):
     """Compose the run config with overrides, as ``run.py`` would (run_dir in tmp)."""

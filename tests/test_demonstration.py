@@ -140,6 +140,7 @@ def test_the_clone_study_needs_the_clones_adapter_and_keeps_its_prompt(make_cfg,
     cfg = make_cfg("+experiment=webshop_mcts_dpo", "+study=webshop_clone_iter", f"model.adapter={tmp_path / 'adapter'}")
     assert list(cfg.agent.prompt.examples) == [] and cfg.agent.sampling.max_tail_tokens == 0
     assert cfg.iterations == 3 and cfg.engine._target_.endswith("BatchedHFEngine") and cfg.collect.concurrency > 1
+    assert cfg.objective._target_.endswith("IPOLoss") and cfg.pairs.min_visits == 1  # what dev chose (NOTES.md)
     build(cfg).env.close()
     with pytest.raises(Exception, match="model.adapter"):
         build(make_cfg("+experiment=webshop_mcts_dpo", "+study=webshop_clone_iter"))
