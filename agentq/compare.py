@@ -209,6 +209,7 @@ def episode_metrics(episodes: list[dict]) -> dict:
         "avg_reward": sum(reward) / len(reward),
         "reward_ci": bootstrap_interval(reward),
         "model_calls": sum(calls) / len(calls),
+        "milestones": [e["trajectory"].get("milestone") for e in episodes],
     }
 
 
@@ -317,6 +318,24 @@ def _cells(r: dict) -> str:
     )
 
 
+def milestones_markdown(rows: list[dict], names: list[str]) -> str:
+    """How far each row's episodes got, for an env that names its milestones (``names``, from
+    the run's oracle.json; envs/contract.py): episodes that reached each one, and the mean
+    index of the furthest; empty when the env has none or no episode recorded them."""
+    rows = [r for r in rows if any(m is not None for m in r.get("milestones", ()))]
+    if not names or not rows:
+        return ""
+    lines = [
+        "| method | tasks | " + " | ".join(f"reached: {name}" for name in names[1:]) + f" | mean furthest (0-{len(names) - 1}) |",
+        "|---|---|" + "---|" * len(names),
+    ]
+    for r in rows:
+        reached = [m or 0 for m in r["milestones"]]
+        counts = " | ".join(str(sum(m >= k for m in reached)) for k in range(1, len(names)))
+        lines.append(f"| {r['method']} | {len(reached)} | {counts} | {sum(reached) / len(reached):.2f} |")
+    return "\n".join(lines) + "\n"
+
+
 def diagnostics_markdown(run_dir: Path) -> str:
     """Per iteration of the anchor run: where its training data came from, how well the
     critic agreed with the tree (``iter_*/search.json``, agentq.data.diagnostics), and the
@@ -372,6 +391,11 @@ def write_table(out: Path, command: str, methods=METHODS) -> str:
     rows = table_rows(out, methods)
     markdown = to_markdown(rows)
     anchor = anchor_of(methods).name
+    oracle = RunLayout(out / "runs" / anchor).oracle
+    names = json.loads(oracle.read_text()).get("milestones", []) if oracle.exists() else []
+    milestones = milestones_markdown(rows, names)
+    if milestones:
+        markdown += f"\nHow far the episodes got (the env's milestones, in order; each counts the episodes that reached it):\n\n{milestones}"
     diagnostics = diagnostics_markdown(out / "runs" / anchor)
     if diagnostics:
         markdown += f"\nPer iteration of the {anchor} run: where its data came from, and its policy zero-shot:\n\n{diagnostics}"

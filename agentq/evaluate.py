@@ -199,12 +199,26 @@ def aggregate(records: Sequence[dict]) -> dict[str, float]:
     if successes:
         metrics["steps_per_success"] = sum(len(t["steps"]) for t in trajectories) / successes
         metrics["model_calls_per_success"] = sum(s.model_calls for s in stats) / successes
+    metrics |= milestone_shares(t.get("milestone") for t in trajectories)
     # Shares of the steps whose command was exact / rewritten / refused / missing / unchecked
     # (agentq.agent.grounding), over the steps that recorded one (not replayed prefixes, old files).
     from agentq.agent.grounding import grounding_shares
 
     metrics |= grounding_shares(s.get("grounding") for t in trajectories for s in t["steps"])
     return metrics
+
+
+def milestone_shares(milestones) -> dict[str, float]:
+    """For an env that reports milestones (envs/contract.py): their mean index and the share
+    of episodes that reached each one (``reached_milestone_<k>``, k >= 1); else nothing."""
+    milestones = list(milestones)
+    if all(m is None for m in milestones):
+        return {}
+    reached = [m or 0 for m in milestones]
+    shares = {"avg_milestone": sum(reached) / len(reached)}
+    for k in range(1, max(reached) + 1):
+        shares[f"reached_milestone_{k}"] = sum(m >= k for m in reached) / len(reached)
+    return shares
 
 
 def task_seed(seed: int, iteration: int, task_id: Any, salt: int = 0) -> int:

@@ -135,6 +135,7 @@ def oracle_row(
         max_steps=max_steps,
         seconds=round(time.monotonic() - started, 2),
         cache_key=key,
+        milestones=list(getattr(env.unwrapped, "milestones", ())),  # names of info["milestone"] (envs/contract.py)
     )
     if path is not None:
         write_json(path, row)

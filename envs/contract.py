@@ -50,6 +50,10 @@ INFO_SUCCESS = "success"  # bool: the task is solved (the episode's binary outco
 INFO_SCORE = "score"  # float in [0, 1]: the env's score of the episode so far (WebShop's reward)
 INFO_VALID_ACTIONS = "valid_actions"  # list[str]: the commands the policy is grounded to
 INFO_KEYS = (INFO_SUCCESS, INFO_SCORE, INFO_VALID_ACTIONS)
+# Optional: how far towards the goal the episode got, for an env whose 1/0 outcome says
+# little while the policy never succeeds (OpenTable): an int index into the env's
+# ``milestones`` names, the furthest reached so far. Evaluation reports it.
+INFO_MILESTONE = "milestone"
 
 # A task id: an int (TextCraft, WebShop, OpenTable) or a str (ScienceWorld,
 # "boil:3"). It must survive a JSON round trip unchanged (run directories store it).

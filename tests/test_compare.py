@@ -170,3 +170,27 @@ def test_an_agent_r_study_runs_end_to_end_without_an_agentq_run(tmp_path):
     assert rows["base"]["tasks"] == 1 and rows["base, recovery"]["tasks"] == 1  # the anchor's own base episodes
     assert rows["Agent-R, good paths only, recovery"]["tasks"] == 1
     assert "| base | 0.0 [" in (tmp_path / "table.md").read_text()
+
+
+def test_how_far_episodes_got_when_the_env_names_milestones(tmp_path):
+    run_dir = tmp_path / "runs" / "agentq"
+    base = run_dir / "iter_000" / "eval" / "zero_shot"
+    base.mkdir(parents=True)
+    (run_dir / "config.yaml").write_text("iterations: 1\n")
+    for task, milestone in enumerate([0, 2, 1, 3]):
+        trajectory = {"task_id": task, "steps": [], "reward": 0.0, "success": False, "score": 0.0, "milestone": milestone}
+        (base / f"task_{task}.json").write_text(json.dumps({"trajectory": trajectory, "stats": {}}))
+    _episode(run_dir / "iter_001" / "eval" / "zero_shot", 0, False, 0.0, 3)  # recorded none (an older file)
+    names = ["start", "page", "times", "form", "booked"]
+    rows = compare.table_rows(tmp_path, (compare.METHODS[0],))
+    table = compare.milestones_markdown(rows, names)
+    assert table.splitlines()[0] == (
+        "| method | tasks | reached: page | reached: times | reached: form | reached: booked | mean furthest (0-4) |"
+    )
+    assert table.splitlines()[2] == "| base | 4 | 3 | 2 | 1 | 0 | 1.50 |"
+    assert len(table.splitlines()) == 3  # the row without milestones is left out
+    assert compare.milestones_markdown(rows, []) == ""  # an env without milestones: no table
+    oracle = {"split": "test", "max_steps": 30, "episodes": [], "milestones": names}
+    (run_dir / "oracle.json").write_text(json.dumps(oracle))
+    compare.write_table(tmp_path, "python -m agentq.compare --env opentable", (compare.METHODS[0],))
+    assert "| base | 4 | 3 | 2 | 1 | 0 | 1.50 |" in (tmp_path / "table.md").read_text()

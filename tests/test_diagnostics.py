@@ -85,6 +85,17 @@ def test_cost_per_success_divides_all_tasks_spending_by_the_solved_ones():
     assert "policy_tokens_per_success" not in aggregate([record(False, 10, 1)])  # no success: no cost to report
 
 
+def test_milestones_are_reported_only_for_an_env_that_records_them():
+    def record(milestone):
+        return {"trajectory": {"success": False, "score": 0.0, "steps": [], "milestone": milestone}, "stats": {}}
+
+    metrics = aggregate([record(0), record(2), record(3), record(2)])
+    assert metrics["avg_milestone"] == 7 / 4
+    assert (metrics["reached_milestone_1"], metrics["reached_milestone_2"], metrics["reached_milestone_3"]) == (0.75, 0.75, 0.25)
+    assert "reached_milestone_4" not in metrics
+    assert not any("milestone" in k for k in aggregate([record(None)]))
+
+
 def test_outcome_only_pairs_are_the_outcome_backed_ones():
     t = tree()
     every = StepPairBuilder(threshold=0.1)(t)

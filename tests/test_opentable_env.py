@@ -122,7 +122,7 @@ def test_first_observation_and_grounding(env) -> None:
     assert '[1] button "Accept all cookies" [2] button "Reject non-essential"' in lines
     assert info == {
         "task_id": 0, "success": False, "score": 0.0,
-        "valid_actions": ["CLICK [1]", "CLICK [2]", "ASK USER HELP", "GOTO [...]"],
+        "valid_actions": ["CLICK [1]", "CLICK [2]", "ASK USER HELP", "GOTO [...]"], "milestone": 0,
     }  # fmt: skip
     assert env.observation_space.contains(obs)
     obs, *_, info = env.step("CLICK [1]")
@@ -146,6 +146,21 @@ def test_oracle_books_at_least_95_percent_of_50_test_tasks(env) -> None:
     assert max(steps) <= 22
     assert env.browser.blocked == []  # the site itself never requests anything elsewhere
     print(f"oracle: {sum(successes)}/50 in {time.monotonic() - started:.0f} s, {sum(steps)} steps")
+
+
+def test_the_oracle_passes_every_milestone_but_a_wrong_booking_in_order(env) -> None:
+    task = env.task(3)
+    observation, info = env.reset(options={"task_id": 3})
+    reached = [info["milestone"]]
+    for _ in range(env.max_steps):
+        observation, _, terminated, truncated, info = env.step(next_action(task, observation))
+        reached.append(info["milestone"])
+        if terminated or truncated:
+            break
+    assert info["success"]
+    assert reached == sorted(reached)  # the furthest so far: it never goes back
+    named = [env.milestones[m] for m in dict.fromkeys(reached)]
+    assert named == ["start", "restaurant page", "times shown", "booking form", "booked right"]
 
 
 @pytest.mark.parametrize(
@@ -274,6 +289,20 @@ def test_browser_crash_fails_the_episode_and_the_next_one_runs() -> None:
     assert _browser_pids() - before == set()
 
 
+def test_the_env_can_be_called_from_any_thread(env) -> None:
+    # Lanes and the run's phases call one env from different threads (agentq/parallel.py),
+    # while Playwright's objects belong to the thread that made them.
+    from concurrent.futures import ThreadPoolExecutor
+
+    env.reset(options={"task_id": 2})
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        observation, *_ = pool.submit(env.step, "CLICK [1]").result()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        first, _ = pool.submit(env.reset, options={"task_id": 2}).result()
+    again, *_ = env.step("CLICK [1]")
+    assert again == observation and "Accept all cookies" in first
+
+
 def test_requests_outside_the_site_are_blocked(env) -> None:
     env.reset(options={"task_id": 7})
     page = env.browser.page
@@ -282,10 +311,8 @@ def test_requests_outside_the_site_are_blocked(env) -> None:
         "https://cdn.example/lib.js",
         "http://127.0.0.1:9/other-port",
     ]
-    results = page.evaluate(
-        "urls => Promise.all(urls.map(u => fetch(u).then(() => 'ok', () => 'blocked')))",
-        outside + ["/help"],
-    )
+    script = "urls => Promise.all(urls.map(u => fetch(u).then(() => 'ok', () => 'blocked')))"
+    results = env.browser.run(lambda: page.evaluate(script, outside + ["/help"]))
     assert results == ["blocked"] * 3 + ["ok"]
     assert env.browser.blocked[-3:] == outside
     obs, *_ = env.step("GOTO [http://example.com/]")

@@ -26,7 +26,7 @@ from envs.opentable.catalog import (
     time_label,
 )
 from envs.opentable.server import SiteServer
-from envs.opentable.tasks import FIELDS, judge, make_task
+from envs.opentable.tasks import FIELDS, MILESTONES, judge, make_task, milestone
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -311,6 +311,32 @@ def test_judge_gives_partial_credit_per_field(catalog) -> None:
     verdict = judge(task, [right, wrong_time])
     assert not verdict.success and verdict.score == pytest.approx(0.5)
     assert len(FIELDS) == 7
+
+
+def test_milestones_need_the_tasks_own_restaurant_table_and_outcome(catalog) -> None:
+    task = next(make_task(catalog, i) for i in range(50) if make_task(catalog, i).sold_out)
+    slug = catalog.restaurants[task.restaurant_id].slug
+    other = next(r.slug for r in catalog.restaurants if r.slug != slug)
+    day, party = task.day.isoformat(), task.party
+    none = judge(task, [])
+
+    def at(path: str, verdict=none) -> str:
+        return MILESTONES[milestone(task, slug, path, verdict)]
+
+    assert at("/") == at("/search?q=x") == at(f"/r/{other}") == "start"
+    assert at(f"/r/{slug}") == at(f"/r/{slug}?party={party}&date={day}&time=1") == "restaurant page"
+    # The page with the task's own choice applied: the requested time, which is sold out here.
+    assert at(f"/r/{slug}?party={party}&date={day}&time={task.requested_time}") == "times shown"
+    form = f"/book?r={slug}&date={day}&party={party}&time="
+    assert at(form + str(task.expected_time)) == "booking form"
+    assert at(form + str(task.requested_time)) == "start"  # the sold-out time's form is not the task's
+    assert at(f"/book?r={other}&date={day}&party={party}&time={task.expected_time}") == "start"
+    wrong = {"restaurant_id": task.restaurant_id, "date": day, "time": 0, "party": party,
+             "first_name": "", "last_name": "", "phone": "", "email": ""}  # fmt: skip
+    assert at("/", judge(task, [wrong])) == "reservation made"
+    right = {**wrong, "time": task.expected_time, "first_name": task.guest.first_name,
+             "last_name": task.guest.last_name, "phone": task.guest.phone, "email": task.guest.email}  # fmt: skip
+    assert at("/", judge(task, [right])) == "booked right"
 
 
 def test_server_stops_and_frees_its_port(catalog) -> None:

@@ -145,3 +145,13 @@ def test_a_sweep_cannot_read_test_goals(make_cfg, key):
     train, held_out = parts.task_ids()
     assert not set(held_out) & set(parts.env.unwrapped.task_ids("test"))
     parts.close()
+
+
+def test_the_opentable_study_searches_as_deep_as_a_booking_needs(make_cfg, cache):
+    cfg = make_cfg("+experiment=opentable_mcts_dpo", "+study=opentable_depth")
+    row = oracle.for_config(cfg, cache_dir=cache)
+    assert row["success_rate"] >= oracle.MIN_SUCCESS
+    # The trees may run the whole budget, so a rollout can get as far as the oracle's bookings.
+    assert cfg.search.max_depth == cfg.eval.max_steps >= max(e["steps"] for e in row["episodes"])
+    assert row["milestones"][-1] == "booked right"  # the names compare's "how far" table reads
+    assert cfg.agent.sampling.constrain_command  # a COMMAND within the token budget (NOTES.md)

@@ -15,6 +15,7 @@ import torch
 from agentq.agent.policy import Policy
 from agentq.records.history import History
 from agentq.records.trajectory import Step, Trajectory
+from envs.contract import INFO_MILESTONE
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,7 @@ class Outcome:
     terminal: bool  # terminated or truncated
     success: bool
     score: float  # the env's own score in [0, 1]
+    milestone: int | None = None  # info["milestone"] (envs/contract.py), for an env that reports one
 
     def value(self, dense_reward: bool) -> float:
         """The return R used by search and evaluation: 1/0 success, or the env score."""
@@ -38,6 +40,7 @@ class Outcome:
             success=self.success,
             score=self.score,
             source=source,
+            milestone=self.milestone,
         )
 
 
@@ -62,6 +65,7 @@ def step(env: gym.Env, history: History, action_text: str, command: str) -> tupl
         terminal=bool(terminated or truncated),
         success=bool(info.get("success", False)),
         score=float(info.get("score", reward)),
+        milestone=info.get(INFO_MILESTONE),
     )
     return history.extend(action_text, observation, _valid(info)), float(reward), outcome
 

@@ -50,6 +50,7 @@ class Trajectory:
     success: bool
     score: float = 0.0  # the env's own score in [0, 1]
     source: str = ""  # "mcts", "greedy", ...
+    milestone: int | None = None  # the furthest of the env's milestones reached (envs/contract.py), if it has any
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -16,16 +16,25 @@ subtree (the page behind a modal dialog) is left out. Only what lies in the
 viewport is shown, with a note when there is more above or below, so
 ``SCROLL`` matters as it does for a person.
 
-Playwright's sync API allows one driver per thread, so all browsers of a
-process share one driver, started on first use and stopped at exit.
+Playwright's sync API binds its driver, and every object made through it, to the
+thread that started it, while agentq calls an env from whichever thread runs a
+lane or a phase (agentq/parallel.py). So one thread of this process, the
+*driver thread*, makes every Playwright call: all browsers share its driver
+(started on first use, stopped at exit), and :class:`Browser`'s methods hand
+their work to it. Browser steps are short beside a model call, so lanes that
+share the thread lose little.
 """
 
 from __future__ import annotations
 
 import atexit
+import functools
+import queue
+import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from playwright.sync_api import Browser as PlaywrightBrowser
@@ -47,14 +56,57 @@ CHROMIUM_ARGS = (
 )
 MAX_LISTED_OPTIONS = 12
 
+T = TypeVar("T")
+
+
+class _DriverThread:
+    """The one thread that runs this process's Playwright calls (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on the driver thread (directly when already on it); its exception is raised here."""
+        if threading.current_thread() is self._thread:
+            return fn(*args)
+        with self._lock:
+            if self._thread is None:  # a daemon: it never keeps the interpreter alive
+                self._thread = threading.Thread(target=self._serve, name="playwright driver", daemon=True)
+                self._thread.start()
+        done: Future = Future()
+        self._jobs.put((done, fn, args))
+        return done.result()
+
+    def _serve(self) -> None:
+        while True:
+            done, fn, args = self._jobs.get()
+            try:
+                done.set_result(fn(*args))
+            except BaseException as e:  # noqa: BLE001  (raised again in the caller's thread)
+                done.set_exception(e)
+
+
+_DRIVER_THREAD = _DriverThread()
 _driver: Playwright | None = None
+
+
+def on_driver_thread(method: Callable[..., T]) -> Callable[..., T]:
+    """Run a :class:`Browser` method on the driver thread."""
+
+    @functools.wraps(method)
+    def wrapper(*args: Any, **kwargs: Any) -> T:
+        return _DRIVER_THREAD.run(functools.partial(method, *args, **kwargs))
+
+    return wrapper
 
 
 def _playwright() -> Playwright:
     global _driver
     if _driver is None:
         _driver = sync_playwright().start()
-        atexit.register(_stop_driver)
+        atexit.register(_DRIVER_THREAD.run, _stop_driver)
     return _driver
 
 
@@ -259,19 +311,25 @@ class Browser:
     # -- lifecycle --------------------------------------------------------------------
     @property
     def page(self) -> Page | None:
-        """The episode's page (tests and screenshots; the env acts through the methods below)."""
+        """The episode's page (tests: use it inside :meth:`run`; the env acts through the methods below)."""
         return self._page
 
     @property
     def alive(self) -> bool:
-        return self._browser is not None and self._browser.is_connected()
+        return _DRIVER_THREAD.run(lambda: self._browser is not None and self._browser.is_connected())
 
+    def run(self, fn: Callable[[], T]) -> T:
+        """``fn()`` on the driver thread: for a caller that uses :attr:`page` itself (tests)."""
+        return _DRIVER_THREAD.run(fn)
+
+    @on_driver_thread
     def launch(self) -> None:
         self.close()
         self._browser = _playwright().chromium.launch(
             executable_path=self.executable, headless=self.headless, args=list(CHROMIUM_ARGS)
         )
 
+    @on_driver_thread
     def new_episode(self, path: str = "/") -> View:
         """A fresh context (no cookies) at ``path``; relaunches a dead browser."""
         if not self.alive:
@@ -294,6 +352,7 @@ class Browser:
         self._guard(lambda: self._page.goto(self.origin + path, wait_until="load"))
         return self.observe()
 
+    @on_driver_thread
     def close(self) -> None:
         self._close_page()
         if self._browser is not None:
@@ -335,6 +394,7 @@ class Browser:
             raise
 
     # -- observation ------------------------------------------------------------------
+    @on_driver_thread
     def observe(self) -> View:
         page = self._page
         if page is None:
@@ -375,6 +435,7 @@ class Browser:
         return self.view
 
     # -- actions: each returns a one-line feedback; the caller observes afterwards ------
+    @on_driver_thread
     def click(self, element: Element) -> str:
         if element.role == "combobox":
             return f"[{element.id}] is a drop-down: choose an option with TYPE [{element.id}] [option]."
@@ -385,6 +446,7 @@ class Browser:
             return f"Focused textbox [{element.id}] {element.name!r}; use TYPE [{element.id}] [text] to fill it."
         return f"Clicked {element.role} [{element.id}] {element.name!r}."
 
+    @on_driver_thread
     def type(self, element: Element, text: str) -> str:
         if element.role == "textbox":
             self._interact(lambda loc: loc.fill(text), element)
@@ -401,12 +463,14 @@ class Browser:
             return f"Selected {label!r} in [{element.id}] {element.name!r}."
         return f"Cannot type into {element.role} [{element.id}] {element.name!r}: only text fields and drop-downs take text."
 
+    @on_driver_thread
     def clear(self, element: Element) -> str:
         if element.role != "textbox":
             return f"Cannot clear {element.role} [{element.id}]: only text fields can be cleared."
         self._interact(lambda loc: loc.fill(""), element)
         return f"Cleared [{element.id}] {element.name!r}."
 
+    @on_driver_thread
     def submit(self, element: Element) -> str:
         if not element.in_form:
             return (
@@ -415,6 +479,7 @@ class Browser:
         self._interact(lambda loc: loc.evaluate(_SUBMIT), element, navigates=True)
         return f"Submitted the form of [{element.id}] {element.name!r}."
 
+    @on_driver_thread
     def scroll(self, direction: str) -> str:
         assert self._page is not None
         moved = self._guard(lambda: self._page.evaluate(_SCROLL, 1 if direction == "DOWN" else -1))
@@ -422,6 +487,7 @@ class Browser:
             return f"Cannot scroll {direction.lower()}: already at the {'bottom' if direction == 'DOWN' else 'top'}."
         return f"Scrolled {direction.lower()}."
 
+    @on_driver_thread
     def goto(self, url: str) -> str:
         assert self._page is not None
         parts = urlsplit(url)
@@ -453,6 +519,7 @@ class Browser:
         else:
             self._guard(lambda: operation(locator))
 
+    @on_driver_thread
     def screenshot(self, path: str) -> None:
         assert self._page is not None
         self._guard(lambda: self._page.screenshot(path=path))

@@ -30,7 +30,7 @@ from envs.opentable.actions import Action, parse_action
 from envs.opentable.browser import CHROMIUM, Browser, BrowserCrashed, Element, View
 from envs.opentable.catalog import Catalog, build_catalog
 from envs.opentable.server import SiteServer
-from envs.opentable.tasks import Task, Verdict, judge, make_task
+from envs.opentable.tasks import MILESTONES, Task, Verdict, judge, make_task, milestone
 
 OBSERVATION_MAX_LENGTH = 8192
 ACTION_MAX_LENGTH = 512
@@ -102,8 +102,10 @@ class OpenTableEnv(gym.Env[str, str]):
 
     Every ``info`` has ``task_id`` (int), ``success`` (bool), ``score`` (float:
     the fraction of the seven fields right in the reservation, divided by the
-    number of reservations; 0.0 before any) and ``valid_actions`` (list[str]);
-    ``error`` (str) after a crash.
+    number of reservations; 0.0 before any), ``valid_actions`` (list[str]) and
+    ``milestone`` (int: the furthest of ``milestones`` the episode reached, an index
+    into :data:`envs.opentable.tasks.MILESTONES`: restaurant page, times shown,
+    booking form, reservation made, booked right); ``error`` (str) after a crash.
 
     ## Arguments
 
@@ -122,6 +124,7 @@ class OpenTableEnv(gym.Env[str, str]):
     """
 
     metadata = {"render_modes": []}
+    milestones = MILESTONES
     forkable = False  # it drives a browser in another process, which forked workers cannot share
 
     def __init__(
@@ -156,6 +159,7 @@ class OpenTableEnv(gym.Env[str, str]):
         self._feedback = "none"
         self._asked = False
         self._verdict = Verdict(False, 0.0, 0, {})
+        self._milestone = 0
         self._error: str | None = None
         self._terminated = False
         self._truncated = False
@@ -213,6 +217,7 @@ class OpenTableEnv(gym.Env[str, str]):
         self._feedback = "none"
         self._asked = False
         self._verdict = Verdict(False, 0.0, 0, {})
+        self._milestone = 0
         self._error = None
         self._terminated = False
         self._truncated = False
@@ -237,6 +242,8 @@ class OpenTableEnv(gym.Env[str, str]):
         if reservations:
             self._verdict = judge(self._task, reservations)
             self._terminated = True
+        slug = self.catalog.restaurants[self._task.restaurant_id].slug
+        self._milestone = max(self._milestone, milestone(self._task, slug, self._view.path, self._verdict))
         self._truncated = not self._terminated and self._steps >= self.max_steps
         reward = 1.0 if self._verdict.success else 0.0
         return self._render(), reward, self._terminated, self._truncated, self._info()
@@ -326,6 +333,7 @@ class OpenTableEnv(gym.Env[str, str]):
             "success": self._verdict.success,
             "score": self._verdict.score,
             "valid_actions": self._valid_actions(),
+            "milestone": self._milestone,
         }
         if self._error is not None:
             info["error"] = self._error

@@ -18,6 +18,7 @@ import random
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from urllib.parse import parse_qs, urlsplit
 
 from envs.opentable.catalog import (
     SLOT_WINDOW,
@@ -30,6 +31,18 @@ from envs.opentable.catalog import (
 )
 
 FIELDS = ("restaurant", "date", "time", "party_size", "name", "phone", "email")
+# How far an episode got towards the task's booking, in the order the oracle passes them;
+# the env reports the furthest one reached (``info["milestone"]``, an index into this).
+# A 135M policy that never books still differs in how far it gets (docs/environments.md).
+MILESTONES = (
+    "start",
+    "restaurant page",  # the task's restaurant's page
+    "times shown",  # that page with the task's party size, date and time applied
+    "booking form",  # the form for the table the judge expects (restaurant, date, time, party)
+    "reservation made",  # any reservation, right or wrong
+    "booked right",  # the judge's success
+)
+_AT = {name: i for i, name in enumerate(MILESTONES)}
 SOLD_OUT_FRACTION = 0.35
 
 _FIRST = ("Jane", "Omar", "Mei", "Lucas", "Amara", "Diego", "Hannah", "Ravi", "Sofia", "Kenji",
@@ -126,6 +139,24 @@ def make_task(catalog: Catalog, task_id: int) -> Task:
     )
     guest = Guest(first, last, f"({rng.choice(_AREAS)}) 555-01{number:02d}", email)
     return Task(task_id, restaurant.id, restaurant.name, day, requested, party, guest, expected)
+
+
+def milestone(task: Task, slug: str, path: str, verdict: Verdict) -> int:
+    """The furthest of :data:`MILESTONES` that being on ``path`` (with its query) shows,
+    given the judge's ``verdict`` so far; ``slug`` is the task's restaurant's."""
+    if verdict.success:
+        return _AT["booked right"]
+    if verdict.reservations:
+        return _AT["reservation made"]
+    url = urlsplit(path)
+    query = {k: v[0] for k, v in parse_qs(url.query).items()}
+    table = {"date": task.day.isoformat(), "party": str(task.party)}
+    if url.path == "/book" and (table | {"r": slug, "time": str(task.expected_time)}).items() <= query.items():
+        return _AT["booking form"]
+    if url.path == f"/r/{slug}":
+        applied = (table | {"time": str(task.requested_time)}).items() <= query.items()
+        return _AT["times shown" if applied else "restaurant page"]
+    return _AT["start"]
 
 
 def _first_available(
