@@ -37,7 +37,7 @@ from omegaconf import OmegaConf
 
 from agentq.console import StdoutHandler, quiet_libraries
 from agentq.data.diagnostics import SFT_SOURCES
-from agentq.evaluate import aggregate
+from agentq.evaluate import aggregate, milestone_shares
 from agentq.intervals import wilson_interval
 from agentq.layout import TASK_GLOB, RunLayout
 from agentq.modes import COMMITTED, HOW_PICKED, RECOVERY, VERIFIER, ZERO_SHOT, seconds_per_success
@@ -209,8 +209,7 @@ def episode_metrics(episodes: list[dict]) -> dict:
         "avg_reward": sum(reward) / len(reward),
         "reward_ci": bootstrap_interval(reward),
         "model_calls": sum(calls) / len(calls),
-        "milestones": [e["trajectory"].get("milestone") for e in episodes],
-    }
+    } | milestone_shares(e["trajectory"].get("milestone") for e in episodes)
 
 
 def cost_per_success(run_dir: Path, iteration: str, mode: str, episodes: list[dict]) -> dict[str, float | None]:
@@ -260,7 +259,8 @@ ORACLE_LABEL = "scripted oracle"  # agentq.oracle.LABEL (that module imports thi
 
 def oracle_table_row(run_dir: Path) -> dict:
     """The scripted oracle on the goals and step budget the runs were evaluated on
-    (``oracle.json``, written by the loop, see agentq.oracle): the protocol's ceiling."""
+    (``oracle.json``, written by the loop, see agentq.oracle): the protocol's ceiling.
+    It also carries the env's milestone names (``milestone_names``, empty if none)."""
     entry = {"method": ORACLE_LABEL, "source": f"{run_dir.name}/oracle", "examples": NOT_EVALUATED}
     path = RunLayout(run_dir).oracle
     if not path.exists():
@@ -268,6 +268,7 @@ def oracle_table_row(run_dir: Path) -> dict:
     oracle = json.loads(path.read_text())
     episodes = oracle["episodes"]
     entry["method"] = f"{ORACLE_LABEL} ({oracle['split']}, {oracle['max_steps']} steps)"
+    entry["milestone_names"] = oracle.get("milestones", [])
     if not episodes:
         return entry | {"tasks": 0}
     success = [bool(e["success"]) for e in episodes]
@@ -281,7 +282,7 @@ def oracle_table_row(run_dir: Path) -> dict:
         "avg_reward": sum(reward) / len(reward),
         "reward_ci": (r_lo, r_hi),
         "model_calls": 0.0,
-    }
+    } | milestone_shares(e.get("milestone") for e in episodes)
 
 
 COSTS = ("tokens_per_success", "steps_per_success", "seconds_per_success")
@@ -322,7 +323,7 @@ def milestones_markdown(rows: list[dict], names: list[str]) -> str:
     """How far each row's episodes got, for an env that names its milestones (``names``, from
     the run's oracle.json; envs/contract.py): episodes that reached each one, and the mean
     index of the furthest; empty when the env has none or no episode recorded them."""
-    rows = [r for r in rows if any(m is not None for m in r.get("milestones", ()))]
+    rows = [r for r in rows if "avg_milestone" in r]
     if not names or not rows:
         return ""
     lines = [
@@ -330,9 +331,8 @@ def milestones_markdown(rows: list[dict], names: list[str]) -> str:
         "|---|---|" + "---|" * len(names),
     ]
     for r in rows:
-        reached = [m or 0 for m in r["milestones"]]
-        counts = " | ".join(str(sum(m >= k for m in reached)) for k in range(1, len(names)))
-        lines.append(f"| {r['method']} | {len(reached)} | {counts} | {sum(reached) / len(reached):.2f} |")
+        counts = " | ".join(str(round(r.get(f"reached_milestone_{k}", 0.0) * r["tasks"])) for k in range(1, len(names)))
+        lines.append(f"| {r['method']} | {r['tasks']} | {counts} | {r['avg_milestone']:.2f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -346,10 +346,10 @@ def diagnostics_markdown(run_dir: Path) -> str:
         return ""
     lines = [
         "| iteration | examples | outcome-backed pairs | critic-only pairs | pairs with an untried action "
-        "| critic tau (nodes) | critic top-1 "
+        "| critic tau vs backed-up Q (nodes) | critic top-1 | critic tau vs first returns (nodes) "
         "| SFT: revisions judged / fallback / good paths / good paths that succeeded / RFT successes "
         "| zero-shot success % [95% CI] | avg reward [95% CI] |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     dash = NOT_EVALUATED
     for it in json.loads(summary.read_text())["iterations"]:
@@ -359,15 +359,17 @@ def diagnostics_markdown(run_dir: Path) -> str:
         if search is None and episodes is None:
             continue
         if search is None:
-            lines.append(f"| {it['iteration']} | {' | '.join([dash] * 7)} | {evaluated} |")
+            lines.append(f"| {it['iteration']} | {' | '.join([dash] * 8)} | {evaluated} |")
             continue
         pairs, critic, sft = search["pairs"], search["critic"], search.get("sft", {})
         tau = dash if critic["kendall_tau"] is None else f"{critic['kendall_tau']:.2f} ({critic['tau_nodes']})"
         top1 = dash if critic["top1"] is None else f"{critic['top1']:.2f}"
+        first = critic.get("first_return_tau")  # None, or absent in runs made before it was recorded
+        first = dash if first is None else f"{first:.2f} ({critic['first_return_nodes']})"
         sources = " / ".join(str(sft.get(k, 0)) for k in SFT_SOURCES)
         lines.append(
             f"| {it['iteration']} | {it.get('num_examples', dash)} | {pairs['outcome']} "
-            f"| {pairs['critic_only']} | {pairs.get('untried', dash)} | {tau} | {top1} | {sources} | {evaluated} |"
+            f"| {pairs['critic_only']} | {pairs.get('untried', dash)} | {tau} | {top1} | {first} | {sources} | {evaluated} |"
         )
     return "\n".join(lines) + "\n" if len(lines) > 2 else ""
 
@@ -391,8 +393,7 @@ def write_table(out: Path, command: str, methods=METHODS) -> str:
     rows = table_rows(out, methods)
     markdown = to_markdown(rows)
     anchor = anchor_of(methods).name
-    oracle = RunLayout(out / "runs" / anchor).oracle
-    names = json.loads(oracle.read_text()).get("milestones", []) if oracle.exists() else []
+    names = next((r["milestone_names"] for r in rows if "milestone_names" in r), [])  # the oracle's row
     milestones = milestones_markdown(rows, names)
     if milestones:
         markdown += f"\nHow far the episodes got (the env's milestones, in order; each counts the episodes that reached it):\n\n{milestones}"

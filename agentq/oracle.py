@@ -73,7 +73,8 @@ def cache_key(make: dict[str, Any], split: str, task_ids: Sequence[Any], max_ste
 
 
 def play_tasks(env: gym.Env, task_ids: Sequence[Any], max_steps: int) -> list[dict[str, Any]]:
-    """The oracle's episode on each task: task id, success, score, steps."""
+    """The oracle's episode on each task: task id, success, score, steps, furthest milestone
+    (None for an env without milestones)."""
     play = oracle_of(env)
     episodes = []
     for task_id in task_ids:
@@ -84,6 +85,7 @@ def play_tasks(env: gym.Env, task_ids: Sequence[Any], max_steps: int) -> list[di
                 "success": bool(result.success),
                 "score": float(result.score),
                 "steps": int(result.steps),
+                "milestone": result.milestone,
             }
         )
     return episodes

@@ -129,11 +129,13 @@ class SnapshotEnv(AgentEnv, Protocol):
 
 
 class OracleResult(NamedTuple):
-    """One oracle episode: success, the env's score in [0, 1], steps taken."""
+    """One oracle episode: success, the env's score in [0, 1], steps taken, and the
+    furthest milestone reached for an env that names them (``INFO_MILESTONE``)."""
 
     success: bool
     score: float
     steps: int
+    milestone: int | None = None
 
 
 # ``envs.<name>.oracle.play(env, task_id, max_steps)``: the scripted solver of a

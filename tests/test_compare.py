@@ -98,16 +98,17 @@ def test_cost_per_success_and_where_the_data_came_from(tmp_path):
 
     assert compare.diagnostics_markdown(run_dir) == ""  # no summary yet
     search = {"pairs": {"outcome": 7, "critic_only": 5, "unmatched": 0, "untried": 3},
-              "critic": {"nodes": 9, "kendall_tau": 0.25, "tau_nodes": 4, "top1": 0.5}}  # fmt: skip
+              "critic": {"nodes": 9, "kendall_tau": 0.25, "tau_nodes": 4, "top1": 0.5,
+                         "first_return_tau": -0.5, "first_return_nodes": 6}}  # fmt: skip
     summary = {"iterations": [{"iteration": 0, "eval": {}}, {"iteration": 1, "num_examples": 12, "search": search}]}
     (run_dir / "summary.json").write_text(json.dumps(summary))
-    assert "| 1 | 12 | 7 | 5 | 3 | 0.25 (4) | 0.50 |" in compare.diagnostics_markdown(run_dir)
+    assert "| 1 | 12 | 7 | 5 | 3 | 0.25 (4) | 0.50 | -0.50 (6) |" in compare.diagnostics_markdown(run_dir)
     assert "| 0 |" not in compare.diagnostics_markdown(run_dir)  # the base was not evaluated: no line
     _episode(run_dir / "iter_000" / "eval" / "zero_shot", 0, False, 0.25, 5)
     lines = compare.diagnostics_markdown(run_dir).splitlines()
     # Each iteration's line ends with its policy's zero-shot evaluation (iteration 0: the base).
     lo, hi = (100 * x for x in compare.wilson_interval(2, 3))
-    assert lines[2] == "| 0 | - | - | - | - | - | - | - | 0.0 [0.0, 79.3] | 0.250 [0.250, 0.250] |"
+    assert lines[2] == "| 0 | - | - | - | - | - | - | - | - | 0.0 [0.0, 79.3] | 0.250 [0.250, 0.250] |"
     assert lines[3].endswith(f"| 66.7 [{lo:.1f}, {hi:.1f}] | 0.667 [0.000, 1.000] |")
     compare.write_table(tmp_path, "python -m agentq.compare --env webshop", (compare.METHODS[0],))
     assert "| 1 | 12 | 7 | 5 | 3 |" in (tmp_path / "table.md").read_text()
@@ -190,7 +191,10 @@ def test_how_far_episodes_got_when_the_env_names_milestones(tmp_path):
     assert table.splitlines()[2] == "| base | 4 | 3 | 2 | 1 | 0 | 1.50 |"
     assert len(table.splitlines()) == 3  # the row without milestones is left out
     assert compare.milestones_markdown(rows, []) == ""  # an env without milestones: no table
-    oracle = {"split": "test", "max_steps": 30, "episodes": [], "milestones": names}
+    booked = {"task_id": 0, "success": True, "score": 1.0, "steps": 17, "milestone": 4}
+    oracle = {"split": "test", "max_steps": 30, "episodes": [booked, booked | {"task_id": 1}], "milestones": names}
     (run_dir / "oracle.json").write_text(json.dumps(oracle))
     compare.write_table(tmp_path, "python -m agentq.compare --env opentable", (compare.METHODS[0],))
-    assert "| base | 4 | 3 | 2 | 1 | 0 | 1.50 |" in (tmp_path / "table.md").read_text()
+    written = (tmp_path / "table.md").read_text()
+    assert "| base | 4 | 3 | 2 | 1 | 0 | 1.50 |" in written
+    assert "| scripted oracle (test, 30 steps) | 2 | 2 | 2 | 2 | 2 | 4.00 |" in written

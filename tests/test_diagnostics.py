@@ -43,13 +43,28 @@ def test_critic_agreement_over_siblings_visited_twice():
     agreement = critic_agreement([tree()], min_visits=2)
     # Root (A, B, C): critic (1, .5, 0) vs Q (.2, .9, .2): C=1 (B>C), D=1 (A>B), tie in Q (A, C) -> 0.
     # Under A (E, F): perfect, tau 1. Top-1: root picks A (Q .2, best .9): no; E: yes.
-    assert agreement == {"nodes": 2, "kendall_tau": pytest.approx(0.5), "tau_nodes": 2, "top1": 0.5}
-    assert critic_agreement([tree()], min_visits=3) == {"nodes": 1, "kendall_tau": pytest.approx(-1.0), "tau_nodes": 1, "top1": 0.0}
+    unrecorded = {"first_return_tau": None, "first_return_nodes": 0}  # no first returns in this tree
+    assert agreement == {"nodes": 2, "kendall_tau": pytest.approx(0.5), "tau_nodes": 2, "top1": 0.5} | unrecorded
+    assert critic_agreement([tree()], min_visits=3) == {"nodes": 1, "kendall_tau": pytest.approx(-1.0), "tau_nodes": 1, "top1": 0.0} | unrecorded
     assert critic_agreement([], min_visits=2)["kendall_tau"] is None
     no_critic = tree()
     for n in no_critic.nodes:
         n.critic_score = 0.0  # UCT: no critic scores, so no ranking to compare
-    assert critic_agreement([no_critic], min_visits=2) == {"nodes": 0, "kendall_tau": None, "tau_nodes": 0, "top1": None}
+    assert critic_agreement([no_critic], min_visits=2) == {"nodes": 0, "kendall_tau": None, "tau_nodes": 0, "top1": None} | unrecorded
+
+
+def test_critic_agreement_with_first_returns_at_well_visited_nodes():
+    t = tree()
+    for key, first in {1: 0.0, 2: 1.0, 3: 0.5, 5: 1.0, 6: 0.0}.items():  # A, B, C; E, F (D never visited)
+        t.nodes[key].first_return = first
+    # Root (9 visits): critic (1, .5, 0) vs first returns (0, 1, .5): A>B and A>C discordant,
+    # B>C concordant: tau -1/3. Node A has 3 visits, under the 6 required: not compared.
+    agreement = critic_agreement([t])
+    assert agreement["first_return_tau"] == pytest.approx(-1 / 3) and agreement["first_return_nodes"] == 1
+    assert agreement["kendall_tau"] == pytest.approx(0.5)  # the backed-up metric is unchanged
+    # With every node admitted, A's children (critic 1, 0 vs first 1, 0) add tau 1: mean 1/3.
+    loose = critic_agreement([t], first_return_min_visits=1)
+    assert loose["first_return_tau"] == pytest.approx(1 / 3) and loose["first_return_nodes"] == 2
 
 
 def test_pairs_split_into_outcome_backed_and_critic_only():

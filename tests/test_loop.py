@@ -34,7 +34,7 @@ def check_summary(summary: dict, iterations: int, modes=("zero_shot", "committed
             assert set(it["seconds"]) >= {"collect", "train"}
             assert set(it["train"]) >= {"loss", "reward_accuracy"}
             search = it["search"]  # agentq.data.diagnostics of the iteration's trees and pairs
-            assert set(search["critic"]) == {"nodes", "kendall_tau", "tau_nodes", "top1"}
+            assert set(search["critic"]) == {"nodes", "kendall_tau", "tau_nodes", "top1", "first_return_tau", "first_return_nodes"}
             pairs = search["pairs"]  # every pair outcome-backed or critic-only; "untried" counts some of either
             assert pairs["unmatched"] == 0 and pairs["outcome"] + pairs["critic_only"] == it["num_examples"]
             assert 0 <= pairs["untried"] <= it["num_examples"]

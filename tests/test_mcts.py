@@ -50,6 +50,9 @@ def test_hand_worked_tree():
         assert n[key].q_mcts == pytest.approx(q), key
         assert n[key].critic_score == pytest.approx(critic), key
     assert n["LL"].blended_q(0.5) == pytest.approx(0.5)
+    # The value each node's first visit backed up (root: sim 1's success, not its Q 0.75).
+    firsts = {"root": 1.0, "L": 0.0, "R": 1.0, "RL": 1.0, "RR": None, "LL": 0.0, "LR": None}
+    assert {key: node.first_return for key, node in n.items()} == firsts
     assert n["RL"].success and n["RL"].terminal and not n["LL"].success
     # One trajectory per simulation; the best succeeds via right, left.
     assert len(result.trajectories) == 4

@@ -17,7 +17,7 @@ from gymnasium.utils.env_checker import check_env
 from agentq.agent.grounding import Grounder
 from envs.opentable import ENV_ID, OpenTableEnv
 from envs.opentable.catalog import time_label
-from envs.opentable.oracle import next_action, solve
+from envs.opentable.oracle import next_action, play, solve
 
 MAKE_ID = f"envs.opentable:{ENV_ID}"
 
@@ -161,6 +161,7 @@ def test_the_oracle_passes_every_milestone_but_a_wrong_booking_in_order(env) -> 
     assert reached == sorted(reached)  # the furthest so far: it never goes back
     named = [env.milestones[m] for m in dict.fromkeys(reached)]
     assert named == ["start", "restaurant page", "times shown", "booking form", "booked right"]
+    assert play(env, 3, env.max_steps).milestone == reached[-1]  # the oracle row's record of it
 
 
 @pytest.mark.parametrize(
@@ -305,14 +306,13 @@ def test_the_env_can_be_called_from_any_thread(env) -> None:
 
 def test_requests_outside_the_site_are_blocked(env) -> None:
     env.reset(options={"task_id": 7})
-    page = env.browser.page
     outside = [
         "http://tracker.example/pixel.gif",
         "https://cdn.example/lib.js",
         "http://127.0.0.1:9/other-port",
     ]
     script = "urls => Promise.all(urls.map(u => fetch(u).then(() => 'ok', () => 'blocked')))"
-    results = env.browser.run(lambda: page.evaluate(script, outside + ["/help"]))
+    results = env.browser.on_page(lambda page: page.evaluate(script, outside + ["/help"]))
     assert results == ["blocked"] * 3 + ["ok"]
     assert env.browser.blocked[-3:] == outside
     obs, *_ = env.step("GOTO [http://example.com/]")

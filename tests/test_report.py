@@ -16,6 +16,7 @@ from agentq.intervals import wilson_interval
 from agentq.report.__main__ import main as report_main
 from agentq.report.collect import load_study
 from agentq.report.page import write_report
+from agentq.report.plots import learning_curves
 from agentq.report.tree_render import render_tree_svg, select_nodes
 
 # (beta, threshold) -> final results per evaluation mode of the fake jobs; job 2's summary
@@ -194,6 +195,16 @@ def test_html_is_self_contained(multirun, tmp_path):
     assert "http" not in text
     assert "no summary" in page and "<svg" in page and "go north" in page
     assert files.png.read_bytes().startswith(b"\x89PNG")
+
+
+def test_curves_draw_only_the_modes_a_study_evaluated(multirun, tmp_path):
+    assert len(learning_curves(load_study(multirun)).axes) == 2 * 3  # zero-shot, committed, verifier
+    job = tmp_path / "zero_shot_only"
+    job.mkdir()
+    (job / "config.yaml").write_text(yaml.safe_dump({"iterations": 1}))
+    (job / "summary.json").write_text(json.dumps(summary({"zero_shot": (0.25, 0.4)}, 3)))
+    figure = learning_curves(load_study(job))
+    assert [ax.get_title() for ax in figure.axes] == ["zero-shot: success rate", "zero-shot: average reward"]
 
 
 def test_a_single_run_and_the_cli(multirun, tmp_path, capsys):

@@ -8,7 +8,18 @@ by that value (Eq. 11), so two questions decide whether its data can help:
   Q̂(h, a) of those siblings with their backed-up values Q_mcts(h, a): Kendall's
   tau-b over the siblings, and top-1 (the critic's first choice is among the
   children with the highest Q_mcts). No paper reports this; a tau near 0 means
-  Eq. 10's critic term is noise added to the tree's own estimate.
+  Eq. 10's critic term is noise added to the tree's own estimate. That reading is
+  biased: UCB selects on the blend, so which siblings reach two visits, and their
+  Q_mcts, depend on the critic and on their early returns together. In a one-node
+  model with K = 3 (experiments/webshop_clone_iter/critic_selection_bias.py) a
+  critic dealt at random reads tau -0.89 at 5 visits of the node and -0.25 at 10,
+  and an informative one -0.75 at 5. The same tau against each sibling's *first*
+  return (the value its first visit backed up, drawn before any selection on its
+  own returns), over the siblings visited at least once, reads -0.03 at 6 visits
+  and -0.01 at 10 for the random critic (-0.20 at 5, where whether a second sibling
+  is tried at all depends on the first one's return), and +0.39 and +0.47 for the
+  informative one. It is reported beside, at nodes with 6 visits or more
+  (``first_return_tau``).
 - **Where do the pairs come from?** A pair is *outcome-backed* when its two
   actions' backed-up values differ (their rollouts reached different results),
   *critic-only* when those are equal and only the critic's scores separate the
@@ -52,16 +63,31 @@ def kendall_tau_b(x: Sequence[float], y: Sequence[float]) -> float | None:
     return None if denominator == 0 else (concordant - discordant) / denominator
 
 
-def critic_agreement(trees: Iterable[Tree], min_visits: int = 2) -> dict[str, Any]:
+# Below 6 visits of a node, whether a second sibling is tried at all depends on the first
+# one's return, and the first-return tau of a random critic reads negative (-0.20 at 5).
+FIRST_RETURN_MIN_VISITS = 6
+
+
+def critic_agreement(
+    trees: Iterable[Tree], min_visits: int = 2, first_return_min_visits: int = FIRST_RETURN_MIN_VISITS
+) -> dict[str, Any]:
     """Critic vs backed-up Q over the siblings visited ``min_visits`` times or more.
 
     Returns ``nodes`` (nodes compared), ``kendall_tau`` (mean over the nodes where
     it is defined, ``tau_nodes`` of them) and ``top1`` (share of nodes), None
-    where no node qualifies. A node whose siblings all have one critic score is
-    not compared: the critic made no choice there (UCT has no critic at all)."""
-    taus, top1 = [], []
+    where no node qualifies; and ``first_return_tau`` (``first_return_nodes``):
+    the mean tau of the critic against the first returns of the siblings visited
+    at least once, at nodes visited ``first_return_min_visits`` times or more (see
+    the module docstring). A node whose siblings all have one critic score is not
+    compared: the critic made no choice there (UCT has no critic at all)."""
+    taus, top1, first_taus = [], [], []
     for tree in trees:
         for node in tree.nodes:
+            tried = [c for c in tree.children(node) if c.first_return is not None]
+            if node.visits >= first_return_min_visits and len({c.critic_score for c in tried}) >= 2:
+                tau = kendall_tau_b([c.critic_score for c in tried], [c.first_return for c in tried])
+                if tau is not None:
+                    first_taus.append(tau)
             siblings = [c for c in tree.children(node) if c.visits >= min_visits]
             critic, backed = [c.critic_score for c in siblings], [c.q_mcts for c in siblings]
             if len(set(critic)) < 2:
@@ -76,6 +102,8 @@ def critic_agreement(trees: Iterable[Tree], min_visits: int = 2) -> dict[str, An
         "kendall_tau": fmean(taus) if taus else None,
         "tau_nodes": len(taus),
         "top1": fmean(top1) if top1 else None,
+        "first_return_tau": fmean(first_taus) if first_taus else None,
+        "first_return_nodes": len(first_taus),
     }
 
 

@@ -38,6 +38,9 @@ class Node:
     # MCTS statistics (Agent Q, Eq. 8).
     visits: int = 0  # N(h, a) for the edge into this node, N(h) for the node itself
     q_mcts: float = 0.0
+    # The value its first visit backed up: drawn before any selection on this node's own
+    # returns, unlike q_mcts (the critic-agreement diagnostic, agentq.data.diagnostics).
+    first_return: float | None = None
     children: list[int] = field(default_factory=list)
     prompt: Messages = field(default_factory=list)  # h rendered, set when the node is expanded
     snapshot: Any = None  # env state, never serialised
@@ -93,6 +96,7 @@ class Tree:
                     "critic_score": n.critic_score,
                     "kept": n.kept,
                     "q_mcts": n.q_mcts,
+                    "first_return": n.first_return,
                     "q": n.blended_q(self.alpha),
                     "visits": n.visits,
                     "reward": n.reward,
@@ -136,6 +140,7 @@ class Tree:
                     score=d.get("score", 0.0),
                     visits=d["visits"],
                     q_mcts=d["q_mcts"],
+                    first_return=d.get("first_return"),
                     children=list(d["children"]),
                     prompt=d.get("prompt", []),
                 )

@@ -12,7 +12,7 @@ from collections import defaultdict
 
 from matplotlib.figure import Figure
 
-from agentq.modes import PLOTTED, TITLES
+from agentq.modes import PLOTTED, TITLES, ZERO_SHOT
 from agentq.report.collect import Study, eval_metric, num_pairs, short_key
 from agentq.report.tables import phases, train_accuracy
 
@@ -48,12 +48,17 @@ def _integer_ticks(ax, iterations: set[int]) -> None:
 
 
 def learning_curves(study: Study) -> Figure:
-    """Success rate and average reward per iteration, zero-shot and with search: a line per run."""
-    fig = Figure(figsize=(5 * len(PLOTTED), 6.5), layout="constrained")
-    axes = fig.subplots(2, len(PLOTTED), sharex=True, squeeze=False)
+    """Success rate and average reward per iteration, zero-shot and with each search mode
+    some run evaluated (no empty panels for a study without search): a line per run."""
     runs = [r for r in study.runs if r.ok]
+    evaluated = {
+        m for run in runs for it in run.iterations for m in PLOTTED if eval_metric(it, m, "success_rate") is not None
+    }
+    modes = [m for m in PLOTTED if m in evaluated or m == ZERO_SHOT]
+    fig = Figure(figsize=(5 * len(modes), 6.5), layout="constrained")
+    axes = fig.subplots(2, len(modes), sharex=True, squeeze=False)
     for row, (metric, metric_name) in enumerate(METRICS.items()):
-        for col, mode in enumerate(PLOTTED):
+        for col, mode in enumerate(modes):
             ax = axes[row][col]
             for run in runs:
                 points = [

@@ -134,7 +134,8 @@ def iterations_table(study: Study) -> Table:
     columns = ["run", "iteration"]
     for mode in PLOTTED:
         columns += [f"{TITLES[mode]} success", f"{TITLES[mode]} reward"]
-    columns += ["pairs", "outcome-backed pairs", "critic tau", "critic top-1", "train loss", "train accuracy"]
+    columns += ["pairs", "outcome-backed pairs", "critic tau", "critic top-1", "critic tau vs first returns"]
+    columns += ["train loss", "train accuracy"]
     columns += [f"{p} s" for p in timed]
     rows = []
     for run in study.runs:
@@ -149,6 +150,7 @@ def iterations_table(study: Study) -> Table:
             search = it.get("search") or {}  # agentq.data.diagnostics, from the iteration's trees
             critic, sources = search.get("critic") or {}, search.get("pairs") or {}
             row += [fmt(num_pairs(it)), fmt(sources.get("outcome")), fmt(critic.get("kendall_tau")), fmt(critic.get("top1"))]
+            row += [fmt(critic.get("first_return_tau"))]
             row += [fmt(train.get("loss")), fmt(train_accuracy(train))]
             row += [fmt((it.get("seconds") or {}).get(p), 1) for p in timed]
             rows.append(row)

@@ -229,6 +229,8 @@ class _Simulation:
     def _backpropagate(self, node: Node, value: float) -> None:
         """Agent Q, Eq. 8, on every edge of the root-to-node path (and N(root))."""
         for n in self.tree.path(node):
+            if n.visits == 0:
+                n.first_return = value
             n.q_mcts = (n.q_mcts * n.visits + value) / (n.visits + 1)
             n.visits += 1
 

@@ -310,17 +310,14 @@ class Browser:
 
     # -- lifecycle --------------------------------------------------------------------
     @property
-    def page(self) -> Page | None:
-        """The episode's page (tests: use it inside :meth:`run`; the env acts through the methods below)."""
-        return self._page
-
-    @property
     def alive(self) -> bool:
         return _DRIVER_THREAD.run(lambda: self._browser is not None and self._browser.is_connected())
 
-    def run(self, fn: Callable[[], T]) -> T:
-        """``fn()`` on the driver thread: for a caller that uses :attr:`page` itself (tests)."""
-        return _DRIVER_THREAD.run(fn)
+    def on_page(self, fn: Callable[[Page], T]) -> T:
+        """``fn(page)`` with the episode's page, on the driver thread (Playwright objects work
+        only there): for a caller that drives the page itself (tests); the env acts through
+        the methods below."""
+        return _DRIVER_THREAD.run(fn, self._page)
 
     @on_driver_thread
     def launch(self) -> None:

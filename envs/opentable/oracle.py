@@ -14,13 +14,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 import gymnasium as gym
 
 from envs import OracleResult
+from envs.contract import INFO_MILESTONE
 from envs.opentable.catalog import date_label, party_label, time_label
-from envs.opentable.tasks import Task
+from envs.opentable.tasks import Task, split_path, times_query
 
 _ELEMENT = re.compile(
     r'\[(?P<id>\d+)\] (?P<role>\w+) "(?P<name>[^"]*)"'
@@ -66,10 +66,9 @@ def next_action(task: Task, observation: str) -> str:
         if button is not None:
             return f"CLICK [{button.id}]"
     page = _PAGE.search(observation)
-    url = urlsplit(page["path"] if page else "/")
-    query = {k: v[0] for k, v in parse_qs(url.query).items()}
+    route, query = split_path(page["path"] if page else "/")
 
-    if url.path == "/book":
+    if route == "/book":
         user = _USER.search(observation)
         if user is None:
             return "ASK USER HELP"
@@ -82,7 +81,7 @@ def next_action(task: Task, observation: str) -> str:
         done = find("button", "Complete reservation")
         return f"CLICK [{done.id}]" if done else "SCROLL [DOWN]"
 
-    if url.path.startswith("/r/") and f'heading "{task.restaurant}"' in observation:
+    if route.startswith("/r/") and f'heading "{task.restaurant}"' in observation:
         wanted = {
             "Party size": party_label(task.party),
             "Date": date_label(task.day),
@@ -94,10 +93,7 @@ def next_action(task: Task, observation: str) -> str:
                 return "SCROLL [UP]"
             if box.selected != label:
                 return f"TYPE [{box.id}] [{label}]"
-        applied = query == {
-            "party": str(task.party), "date": task.day.isoformat(), "time": str(task.requested_time)
-        }  # fmt: skip
-        if not applied:
+        if query != times_query(task):
             button = find("button", "Find a table")
             return f"CLICK [{button.id}]" if button else "SCROLL [UP]"
         slots = [
@@ -108,14 +104,14 @@ def next_action(task: Task, observation: str) -> str:
             return f"CLICK [{later[0][1]}]"
         return "SCROLL [DOWN]" if more_below else "GOTO [/]"
 
-    if url.path in ("/", "/search"):
+    if route in ("/", "/search"):
         link = find("link", task.restaurant)
         if link is not None:
             return f"CLICK [{link.id}]"
         box = find("textbox", "Restaurant, cuisine or neighbourhood")
         if box is not None and box.value != task.restaurant:
             return f"TYPE [{box.id}] [{task.restaurant}]"
-        if box is not None and url.path == "/":
+        if box is not None and route == "/":
             return f"SUBMIT [{box.id}]"
         following = find("link", "Next page")
         if following is not None:
@@ -151,4 +147,9 @@ def solve(
 def play(env: gym.Env, task_id: int, max_steps: int) -> OracleResult:
     """Play task ``task_id`` with at most ``max_steps`` steps (and the env's own limit)."""
     actions, info = solve(env, task_id, max_steps)
-    return OracleResult(success=bool(info["success"]), score=float(info["score"]), steps=len(actions))
+    return OracleResult(
+        success=bool(info["success"]),
+        score=float(info["score"]),
+        steps=len(actions),
+        milestone=info[INFO_MILESTONE],
+    )

@@ -148,15 +148,26 @@ def milestone(task: Task, slug: str, path: str, verdict: Verdict) -> int:
         return _AT["booked right"]
     if verdict.reservations:
         return _AT["reservation made"]
-    url = urlsplit(path)
-    query = {k: v[0] for k, v in parse_qs(url.query).items()}
-    table = {"date": task.day.isoformat(), "party": str(task.party)}
-    if url.path == "/book" and (table | {"r": slug, "time": str(task.expected_time)}).items() <= query.items():
+    route, query = split_path(path)
+    booking = times_query(task) | {"r": slug, "time": str(task.expected_time)}
+    if route == "/book" and booking.items() <= query.items():
         return _AT["booking form"]
-    if url.path == f"/r/{slug}":
-        applied = (table | {"time": str(task.requested_time)}).items() <= query.items()
+    if route == f"/r/{slug}":
+        applied = times_query(task).items() <= query.items()
         return _AT["times shown" if applied else "restaurant page"]
     return _AT["start"]
+
+
+def split_path(path: str) -> tuple[str, dict[str, str]]:
+    """A site path's route and its query's (first) values."""
+    url = urlsplit(path)
+    return url.path, {k: v[0] for k, v in parse_qs(url.query).items()}
+
+
+def times_query(task: Task) -> dict[str, str]:
+    """The query a restaurant page has once the task's party size, date and time are applied."""
+    day, party, at = task.day.isoformat(), str(task.party), str(task.requested_time)
+    return {"party": party, "date": day, "time": at}
 
 
 def _first_available(
