@@ -1,0 +1,45 @@
+"""Each iteration's zero-shot episodes against the base's, goal by goal: goals won and lost
+(with the exact McNemar p), the paired bootstrap interval of the reward difference,
+episodes identical to the base's, and episodes that ran out of steps without buying.
+
+    python experiments/webshop_outcome_iter/against_the_base.py experiments/webshop_outcome_iter/runs/agentq 15
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+from math import comb
+from pathlib import Path
+
+
+def episodes(run: Path, iteration: int) -> dict | None:
+    folder = run / f"iter_{iteration:03d}" / "eval" / "zero_shot"
+    found = [json.loads(p.read_text())["trajectory"] for p in folder.glob("task_*.json")]
+    return {t["task_id"]: t for t in found} or None
+
+
+def mcnemar_exact(won: int, lost: int) -> float:
+    n = won + lost
+    return 1.0 if n == 0 else min(1.0, 2 * sum(comb(n, i) for i in range(min(won, lost) + 1)) / 2**n)
+
+
+if __name__ == "__main__":
+    run, max_steps = Path(sys.argv[1]), int(sys.argv[2])
+    base = episodes(run, 0)
+    iteration = 1
+    while (policy := episodes(run, iteration)) is not None:
+        won = sum(policy[t]["success"] and not base[t]["success"] for t in base)
+        lost = sum(base[t]["success"] and not policy[t]["success"] for t in base)
+        same = sum([s["command"] for s in policy[t]["steps"]] == [s["command"] for s in base[t]["steps"]] for t in base)
+        out = sum(len(e["steps"]) >= max_steps and e["score"] == 0 for e in policy.values())
+        diff = [policy[t]["score"] - base[t]["score"] for t in base]
+        rng = random.Random(0)
+        means = sorted(sum(rng.choices(diff, k=len(diff))) / len(diff) for _ in range(10_000))
+        print(
+            f"iteration {iteration}: won {won} lost {lost} (exact McNemar p {mcnemar_exact(won, lost):.3f}), "
+            f"reward difference {sum(diff) / len(diff):+.3f} [{means[250]:+.3f}, {means[9750]:+.3f}], "
+            f"{same} episodes identical to the base's, {out} ran out of steps"
+        )
+        iteration += 1

@@ -1,0 +1,46 @@
+"""Per iteration: the critic's tau against its siblings' first returns, with a bootstrap 95% interval over nodes.
+
+The mean is agentq.data.diagnostics.critic_agreement's ``first_return_tau``; this adds the
+interval and the signs. Reads the run's trees (``iter_*/collect/task_*.json``).
+
+    python experiments/webshop_outcome_iter/critic_first_returns.py experiments/webshop_outcome_iter/runs/agentq
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+from pathlib import Path
+from statistics import fmean
+
+from agentq.data.diagnostics import FIRST_RETURN_MIN_VISITS, kendall_tau_b
+from agentq.records.tree import Tree
+
+
+def node_taus(tree: Tree) -> list[tuple[float, int]]:
+    """(tau, siblings compared) at each node the diagnostic compares."""
+    out = []
+    for node in tree.nodes:
+        tried = [c for c in tree.children(node) if c.first_return is not None]
+        if node.visits >= FIRST_RETURN_MIN_VISITS and len({c.critic_score for c in tried}) >= 2:
+            tau = kendall_tau_b([c.critic_score for c in tried], [c.first_return for c in tried])
+            if tau is not None:
+                out.append((tau, len(tried)))
+    return out
+
+
+if __name__ == "__main__":
+    for collect in sorted(Path(sys.argv[1]).glob("iter_*/collect")):
+        found = [t for p in collect.glob("task_*.json") for t in node_taus(Tree.from_dict(json.loads(p.read_text())["tree"]))]
+        if not found:
+            continue
+        taus = [tau for tau, _ in found]
+        rng = random.Random(0)
+        means = sorted(fmean(rng.choices(taus, k=len(taus))) for _ in range(10_000))
+        print(
+            f"{collect.parent.name}: tau {fmean(taus):+.3f} over {len(taus)} nodes, "
+            f"bootstrap 95% [{means[250]:+.3f}, {means[9750]:+.3f}], "
+            f"{fmean(k for _, k in found):.1f} siblings per node, {sum(t > 0 for t in taus)} positive, "
+            f"{sum(t < 0 for t in taus)} negative"
+        )
