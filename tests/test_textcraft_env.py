@@ -17,6 +17,7 @@ import gymnasium
 import pytest
 from gymnasium.utils.env_checker import check_env
 
+from envs import OracleResult
 from envs.textcraft import ENV_ID, TextCraftEnv, game
 from envs.textcraft.oracle import play
 
@@ -334,4 +335,4 @@ def test_oracle_solves_every_split_within_the_budget() -> None:
     assert [play(budget, t, 40).success for t in budget.task_ids("test")] == [
         r.steps <= 40 for r in results["test"]
     ]
-    assert play(env, budget.task_ids("test")[1], 12) == (False, 0.0, 12)  # needs 13
+    assert play(env, budget.task_ids("test")[1], 12) == OracleResult(success=False, score=0.0, steps=12)  # needs 13

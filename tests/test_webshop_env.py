@@ -14,6 +14,7 @@ import gymnasium
 import pytest
 from gymnasium.utils.env_checker import check_env
 
+from envs import OracleResult
 from envs.webshop import ENV_ID, WebShopEnv
 from envs.webshop.engine import RESULTS_PER_PAGE, SessionState, WebShopEngine
 from envs.webshop.oracle import play
@@ -458,4 +459,4 @@ def test_oracle_solves_default_catalogue() -> None:
     assert sum(play(WebShopEnv(max_steps=15), i, 15).success for i in test_ids) == solved
     assert max(r.steps for r in results) <= 6
     # A budget too short to reach Buy Now fails: search, click, options, buy need >= 3.
-    assert play(env, test_ids[0], 2) == (False, 0.0, 2)
+    assert play(env, test_ids[0], 2) == OracleResult(success=False, score=0.0, steps=2)
