@@ -82,12 +82,8 @@ def critic_agreement(
     compared: the critic made no choice there (UCT has no critic at all)."""
     taus, top1, first_taus = [], [], []
     for tree in trees:
+        first_taus += [tau for tau, _ in first_return_taus(tree, first_return_min_visits)]
         for node in tree.nodes:
-            tried = [c for c in tree.children(node) if c.first_return is not None]
-            if node.visits >= first_return_min_visits and len({c.critic_score for c in tried}) >= 2:
-                tau = kendall_tau_b([c.critic_score for c in tried], [c.first_return for c in tried])
-                if tau is not None:
-                    first_taus.append(tau)
             siblings = [c for c in tree.children(node) if c.visits >= min_visits]
             critic, backed = [c.critic_score for c in siblings], [c.q_mcts for c in siblings]
             if len(set(critic)) < 2:
@@ -105,6 +101,19 @@ def critic_agreement(
         "first_return_tau": fmean(first_taus) if first_taus else None,
         "first_return_nodes": len(first_taus),
     }
+
+
+def first_return_taus(tree: Tree, min_node_visits: int = FIRST_RETURN_MIN_VISITS) -> list[tuple[float, int]]:
+    """(tau, siblings compared) at each node visited ``min_node_visits`` times or more whose
+    tried children the critic told apart: its scores against their first returns."""
+    found = []
+    for node in tree.nodes:
+        tried = [c for c in tree.children(node) if c.first_return is not None]
+        if node.visits >= min_node_visits and len({c.critic_score for c in tried}) >= 2:
+            tau = kendall_tau_b([c.critic_score for c in tried], [c.first_return for c in tried])
+            if tau is not None:
+                found.append((tau, len(tried)))
+    return found
 
 
 def pair_sources(results: Iterable[SearchResult], pairs: Iterable[Any]) -> dict[str, int]:

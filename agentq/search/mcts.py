@@ -227,18 +227,23 @@ class _Simulation:
         return steps, outcome
 
     def _backpropagate(self, node: Node, value: float) -> None:
-        """Agent Q, Eq. 8, on every edge of the root-to-node path (and N(root))."""
-        for n in self.tree.path(node):
-            if n.visits == 0:
-                n.first_return = value
-            n.q_mcts = (n.q_mcts * n.visits + value) / (n.visits + 1)
-            n.visits += 1
+        backpropagate(self.tree.path(node), value)
 
     def _record(self, node: Node, rollout: list[Step], outcome: episode.Outcome) -> None:
         steps = path_steps(self.tree, node)
         self.run.trajectories.append(
             outcome.trajectory(self.run.task_id, steps + rollout, dense_reward=self.cfg.dense_reward, source="mcts")
         )
+
+
+def backpropagate(path: Sequence[Node], value: float) -> None:
+    """Agent Q, Eq. 8, on every edge of a root-to-node path (and N(root)); a node's
+    first value is kept as well (``Node.first_return``)."""
+    for n in path:
+        if n.visits == 0:
+            n.first_return = value
+        n.q_mcts = (n.q_mcts * n.visits + value) / (n.visits + 1)
+        n.visits += 1
 
 
 def ucb_score(child: Node, parent_visits: int, alpha: float, c_exp: float) -> float:

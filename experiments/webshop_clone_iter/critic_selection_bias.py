@@ -22,7 +22,7 @@ import random
 from agentq.critic.ranking import LinearRankScore
 from agentq.data.diagnostics import critic_agreement
 from agentq.records.tree import Node, Tree
-from agentq.search.mcts import ucb_score
+from agentq.search.mcts import backpropagate, ucb_score
 
 
 def one_node(rng: random.Random, k: int, simulations: int, critic_noise: float | None, noise: float = 0.2) -> Tree:
@@ -40,11 +40,7 @@ def one_node(rng: random.Random, k: int, simulations: int, critic_noise: float |
     for n in range(simulations):
         child = max(children, key=lambda c: ucb_score(c, n, tree.alpha, 1.0))
         ret = min(1.0, max(0.0, values[child.id - 1] + rng.gauss(0.0, noise)))
-        for node in (root, child):  # the backup of agentq.search.mcts, on a one-level tree
-            if node.visits == 0:
-                node.first_return = ret
-            node.q_mcts += (ret - node.q_mcts) / (node.visits + 1)
-            node.visits += 1
+        backpropagate((root, child), ret)
     return tree
 
 

@@ -14,25 +14,12 @@ import sys
 from pathlib import Path
 from statistics import fmean
 
-from agentq.data.diagnostics import FIRST_RETURN_MIN_VISITS, kendall_tau_b
+from agentq.data.diagnostics import first_return_taus
 from agentq.records.tree import Tree
-
-
-def node_taus(tree: Tree) -> list[tuple[float, int]]:
-    """(tau, siblings compared) at each node the diagnostic compares."""
-    out = []
-    for node in tree.nodes:
-        tried = [c for c in tree.children(node) if c.first_return is not None]
-        if node.visits >= FIRST_RETURN_MIN_VISITS and len({c.critic_score for c in tried}) >= 2:
-            tau = kendall_tau_b([c.critic_score for c in tried], [c.first_return for c in tried])
-            if tau is not None:
-                out.append((tau, len(tried)))
-    return out
-
 
 if __name__ == "__main__":
     for collect in sorted(Path(sys.argv[1]).glob("iter_*/collect")):
-        found = [t for p in collect.glob("task_*.json") for t in node_taus(Tree.from_dict(json.loads(p.read_text())["tree"]))]
+        found = [t for p in collect.glob("task_*.json") for t in first_return_taus(Tree.from_dict(json.loads(p.read_text())["tree"]))]
         if not found:
             continue
         taus = [tau for tau, _ in found]
