@@ -20,6 +20,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 from hydra.utils import instantiate
+from lightning.pytorch.loggers import CSVLogger
 from omegaconf import DictConfig, OmegaConf
 
 from agentq import oracle
@@ -57,7 +58,7 @@ class RunBook:
         self.layout, self.iterations = layout, cfg.iterations
         self.decoding = decoding(cfg)
         self.buffer = ReplayBuffer(layout)
-        self.loggers = make_loggers(cfg)
+        self.loggers = make_loggers(cfg, resuming=resuming)
         self.started = time.monotonic()
         self.previous_wall = float(read_json(layout.summary).get("wall_seconds", 0.0)) if layout.summary.exists() else 0.0
 
@@ -172,9 +173,10 @@ def seed_everything(seed: int, env: gym.Env | None = None) -> None:
         env.unwrapped.np_random = gym.utils.seeding.np_random(seed)[0]
 
 
-def make_loggers(cfg: DictConfig) -> list:
+def make_loggers(cfg: DictConfig, resuming: bool = False) -> list:
     """Lightning loggers from ``cfg.logger`` (a dict of logger configs, any may be null).
-    W&B runs offline unless the user has an API key (``logger.wandb.offline: null``)."""
+    W&B runs offline unless the user has an API key (``logger.wandb.offline: null``).
+    A resumed run keeps the killed attempt's CSV metrics (``keep_earlier_csv``)."""
     loggers = []
     for name, spec in (cfg.logger or {}).items():
         if spec is None:
@@ -183,12 +185,25 @@ def make_loggers(cfg: DictConfig) -> list:
         if "WandbLogger" in spec.get("_target_", "") and spec.get("offline") is None:
             kwargs["offline"] = not os.environ.get("WANDB_API_KEY")
         logger = instantiate(spec, **kwargs)
+        if resuming and isinstance(logger, CSVLogger):
+            keep_earlier_csv(Path(logger.log_dir))
         loggers.append(logger)
         log.info("logger %s -> %s", name, type(logger).__name__)
     config = OmegaConf.to_container(cfg, resolve=True)
     for logger in loggers:
         logger.log_hyperparams(config)
     return loggers
+
+
+def keep_earlier_csv(log_dir: Path) -> None:
+    """Lightning's CSVLogger deletes an existing ``metrics.csv`` when it starts (and a
+    resumed run does not re-log the training steps it replays), so move the killed
+    attempt's file aside first: ``metrics.csv`` then holds the resumed attempt's rows
+    and ``metrics.attempt-<n>.csv`` each earlier attempt's, in order."""
+    current = log_dir / "metrics.csv"
+    if current.exists():
+        attempt = 1 + len(list(log_dir.glob("metrics.attempt-*.csv")))
+        current.rename(log_dir / f"metrics.attempt-{attempt}.csv")
 
 
 def finish_wandb(exit_code: int) -> None:

@@ -1,6 +1,6 @@
 """The comparison table of the papers, from one command.
 
-    python -m agentq.compare --env textcraft [--out DIR] [hydra overrides ...]
+    python -m agentq.compare --env textcraft [--out DIR] [hydra overrides ...] [agentq:override ...]
 
 runs, one after the other and on the same held-out tasks, the experiments
 ``<env>_mcts_dpo``, ``<env>_rft``, ``<env>_traj_dpo``, ``<env>_agent_r`` and
@@ -9,6 +9,9 @@ writes ``table.md`` and ``table.csv`` in Agent Q's layout (docs/method.md §5) w
 Agent-R and the search baselines below it. Every run lives in its own folder
 under ``<out>/runs`` (git-ignored: trees and adapters are large); a killed
 comparison started again resumes each run where it stopped and skips finished ones.
+Overrides go to every run, except those prefixed by a method's name
+(``agentq:objective=ipo``), which go to that run only; a study or override that
+would change what a method is (RFT's SFT, trajectory DPO's pairs) is refused.
 
 Rows read the evaluation episodes the runs wrote, so every number can be traced
 to a file: success rate with a Wilson 95% interval, average reward with a
@@ -61,6 +64,10 @@ class Method:
     # Set for a method that can be the study's anchor: its overrides when it is. The
     # anchor's run evaluates the base policy and writes the oracle row for every row.
     as_anchor: tuple[str, ...] | None = None
+    # What the method is, which no study or shared override may change: RFT is SFT on
+    # successful trajectories, trajectory DPO is DPO on whole trajectories. Agent Q's
+    # step objective (DPO, IPO, conservative DPO) is one of its settings; its step pairs are not.
+    defined_by: tuple[str, ...] = ("pairs._target_", "objective._target_")
 
 
 # Trained methods skip the base evaluation and search at inference: the anchor run
@@ -72,7 +79,7 @@ SEARCH_ONLY = ("iterations=0", "eval.zero_shot=false")
 RECOVERY_FROM_ANCHOR = ("eval.recovery=true", "eval.recovery_from={anchor}")
 AGENT_R = (*TRAINED_ONLY, *RECOVERY_FROM_ANCHOR)
 METHODS = (
-    Method("agentq", "mcts_dpo", as_anchor=("eval.recovery=true",)),
+    Method("agentq", "mcts_dpo", as_anchor=("eval.recovery=true",), defined_by=("pairs._target_",)),
     Method("rft", "rft", TRAINED_ONLY, shares_collection="agentq"),
     Method("traj_dpo", "traj_dpo", TRAINED_ONLY, shares_collection="agentq"),
     # Agent-R collects with its own search (plain UCT on the env's reward), not Agent Q's
@@ -80,9 +87,10 @@ METHODS = (
     Method("agent_r", "agent_r", AGENT_R, as_anchor=("eval.search=false", "eval.recovery=true")),
     # Agent-R's ablation: SFT on the good paths of Agent-R's own trees, no revisions.
     Method("agent_r_good", "agent_r", (*AGENT_R, "pairs=good_only"), shares_collection="agent_r"),
-    Method("tot_bfs", "tot_bfs", SEARCH_ONLY),
-    Method("best_of_n", "base", (*SEARCH_ONLY, "search=best_of_n")),
+    Method("tot_bfs", "tot_bfs", SEARCH_ONLY, defined_by=()),  # search only: nothing trained
+    Method("best_of_n", "base", (*SEARCH_ONLY, "search=best_of_n"), defined_by=()),
 )
+SCOPE = ":"  # "agentq:objective=ipo" overrides the agentq run only
 ANCHOR = "anchor"  # the method of a base-policy row: the study's anchor run
 
 
@@ -131,25 +139,74 @@ ROWS = (  # Agent Q Table 1's order, then Agent-R and the search baselines
 
 
 def run_methods(env: str, out: Path, overrides: list[str], methods=METHODS) -> None:
+    """Run each method not finished before, on the configs ``plan_runs`` composed and checked."""
     from agentq.loop import run
 
-    anchor = anchor_of(methods)
     chosen = {m.name for m in methods}
+    planned = plan_runs(env, out, overrides, methods)
+    for method in methods:
+        run_dir = out / "runs" / method.name
+        if method.name not in planned:
+            print(f"[compare] {method.name}: finished before, skipped", flush=True)
+            continue
+        if method.shares_collection in chosen:
+            share_collection(out / "runs" / method.shares_collection, run_dir)
+        args, cfg = planned[method.name]
+        print(f"[compare] {method.name}: {' '.join(args)}", flush=True)
+        run(cfg)
+        (run_dir / "done").write_text("")
+
+
+def plan_runs(env: str, out: Path, overrides: list[str], methods=METHODS) -> dict[str, tuple[list[str], object]]:
+    """The overrides and composed config of every unfinished run, all checked before the
+    first model loads; ValueError names what is wrong."""
+    anchor = anchor_of(methods)
+    shared, scoped = split_overrides(overrides, methods)
+    planned = {}
     for method in methods:
         run_dir = out / "runs" / method.name
         if (run_dir / "done").exists():
-            print(f"[compare] {method.name}: finished before, skipped", flush=True)
             continue
-        resume = [f"resume={run_dir}"] if RunLayout(run_dir).config.exists() else []
-        if method.shares_collection in chosen:
-            share_collection(out / "runs" / method.shares_collection, run_dir)
-        own = method_overrides(method, anchor, out)
-        args = [f"+experiment={env}_{method.experiment}", *own, *overrides, f"paths.run_dir={run_dir}"]
-        print(f"[compare] {method.name}: {' '.join(args + resume)}", flush=True)
-        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-            cfg = compose("config", overrides=args + resume)
-        run(cfg)
-        (run_dir / "done").write_text("")
+        own = [f"+experiment={env}_{method.experiment}", *method_overrides(method, anchor, out)]
+        args = [*own, *shared, *scoped[method.name], f"paths.run_dir={run_dir}"]
+        args += [f"resume={run_dir}"] if RunLayout(run_dir).config.exists() else []
+        cfg = compose_config(args)
+        check_definition(method, compose_config(own), cfg)
+        planned[method.name] = (args, cfg)
+    return planned
+
+
+def compose_config(overrides: list[str]):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose("config", overrides=overrides)
+
+
+def split_overrides(overrides: list[str], methods) -> tuple[list[str], dict[str, list[str]]]:
+    """The overrides every run gets, and those scoped to one run by its method's name
+    (``agentq:objective=ipo``)."""
+    names = {m.name for m in METHODS}
+    shared, scoped = [], {m.name: [] for m in methods}
+    for override in overrides:
+        scope, _, rest = override.partition(SCOPE)
+        if rest and scope in names:
+            if scope not in scoped:
+                raise ValueError(f"{override!r} is scoped to {scope}, which is not among the chosen methods")
+            scoped[scope].append(rest)
+        else:
+            shared.append(override)
+    return shared, scoped
+
+
+def check_definition(method: Method, alone, cfg) -> None:
+    """Refuse a config in which a study or a shared override changed what the method is
+    (a study choosing IPO for Agent Q would otherwise turn RFT into IPO on the same table)."""
+    for key in method.defined_by:
+        mine, got = OmegaConf.select(alone, key), OmegaConf.select(cfg, key)
+        if mine != got:
+            raise ValueError(
+                f"{key} of the {method.name} run is {got}, but {method.name} is {mine}: a study or a shared "
+                f"override changed it. Scope a setting to one run instead, e.g. agentq{SCOPE}objective=ipo"
+            )
 
 
 def method_overrides(method: Method, anchor: Method, out: Path) -> list[str]:
@@ -433,6 +490,10 @@ def main(argv: list[str] | None = None) -> None:
         logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s",
                             handlers=[StdoutHandler()])
         quiet_libraries()
+        try:
+            plan_runs(args.env, out, overrides, methods)
+        except ValueError as e:  # a bad override or study, found before any model loads
+            parser.error(str(e))
         run_methods(args.env, out, overrides, methods)
     print(write_table(out, "python -m agentq.compare " + shlex.join(argv), methods))
 

@@ -198,3 +198,24 @@ def test_how_far_episodes_got_when_the_env_names_milestones(tmp_path):
     written = (tmp_path / "table.md").read_text()
     assert "| base | 4 | 3 | 2 | 1 | 0 | 1.50 |" in written
     assert "| scripted oracle (test, 30 steps) | 2 | 2 | 2 | 2 | 2 | 4.00 |" in written
+
+
+def test_a_study_cannot_change_what_a_method_is(tmp_path):
+    methods = tuple(m for m in compare.METHODS if m.name in ("agentq", "rft", "traj_dpo"))
+    shared, scoped = compare.split_overrides(["logger=csv", "agentq:objective=ipo", "paths.x=a:b"], methods)
+    assert shared == ["logger=csv", "paths.x=a:b"] and scoped == {"agentq": ["objective=ipo"], "rft": [], "traj_dpo": []}
+    with pytest.raises(ValueError, match="agent_r"):  # scoped to a method the study does not run
+        compare.split_overrides(["agent_r:pairs.alpha=1"], methods)
+    model = ["model=tiny", "model.adapter=x"]
+    # A study's objective for every run would make the RFT row IPO on step pairs.
+    with pytest.raises(ValueError, match="_target_ of the rft run is agentq.*, but rft is agentq"):
+        compare.plan_runs("webshop", tmp_path, [*model, "+study=webshop_clone_iter"], methods)
+    with pytest.raises(ValueError, match="pairs._target_ of the agentq run"):
+        compare.plan_runs("webshop", tmp_path, [*model, "pairs=successes"], methods)
+    planned = compare.plan_runs("webshop", tmp_path, [*model, "agentq:objective=ipo", "agentq:objective.beta=1.0"], methods)
+    assert planned["agentq"][1].objective._target_.endswith("IPOLoss") and planned["agentq"][1].objective.beta == 1.0
+    assert planned["rft"][1].objective._target_.endswith("SFTLoss")
+    assert planned["traj_dpo"][1].objective._target_.endswith("DPOLoss") and planned["traj_dpo"][1].objective.beta == 0.1
+    with pytest.raises(SystemExit):  # main refuses before any run starts
+        compare.main(["--env", "webshop", "--methods", "agentq,rft", "--out", str(tmp_path), *model, "+study=webshop_clone_iter"])
+    assert not (tmp_path / "runs").exists()

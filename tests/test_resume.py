@@ -346,3 +346,29 @@ def test_resuming_removes_only_the_files_a_killed_writer_left_half_written(tmp_p
     kept.write_text("mine")
     assert layout.remove_partial_writes() == 1
     assert not partial.exists() and read_json(done) == {"reward": 1.0} and kept.exists()
+
+
+def test_a_resumed_run_keeps_the_killed_attempts_csv_metrics(tmp_path):
+    from omegaconf import OmegaConf
+
+    from agentq.bookkeeping import make_loggers
+
+    cfg = OmegaConf.create({"logger": {"csv": {
+        "_target_": "lightning.pytorch.loggers.CSVLogger", "save_dir": str(tmp_path), "name": "logs", "version": "",
+    }}})  # fmt: skip
+
+    def attempt(loss: float, resuming: bool) -> None:
+        (logger,) = make_loggers(cfg, resuming=resuming)
+        logger.log_metrics({"train/loss": loss}, step=0)
+        logger.save()
+
+    attempt(0.7, resuming=False)
+    attempt(0.6, resuming=True)
+    attempt(0.5, resuming=True)
+    logs = tmp_path / "logs"
+    # Without the move, Lightning deletes the earlier file: only 0.5 would be left.
+    assert "0.7" in (logs / "metrics.attempt-1.csv").read_text()
+    assert "0.6" in (logs / "metrics.attempt-2.csv").read_text()
+    assert "0.5" in (logs / "metrics.csv").read_text() and "0.6" not in (logs / "metrics.csv").read_text()
+    attempt(0.4, resuming=False)  # a fresh run in the folder starts a fresh file, as Lightning does
+    assert not (logs / "metrics.attempt-3.csv").exists()
