@@ -3,6 +3,12 @@
 episodes identical to the base's, and episodes that ran out of steps without buying.
 
     python experiments/webshop_outcome_iter/against_the_base.py experiments/webshop_outcome_iter/runs/agentq 15
+
+A third argument takes the base's episodes from another run (a comparison's trained rows
+do not evaluate the base: its anchor run does):
+
+    python experiments/webshop_outcome_iter/against_the_base.py experiments/webshop_objectives/runs/rft 15 \
+        experiments/webshop_objectives/runs/agentq
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ def mcnemar_exact(won: int, lost: int) -> float:
 
 if __name__ == "__main__":
     run, max_steps = Path(sys.argv[1]), int(sys.argv[2])
-    base = episodes(run, 0)
+    base = episodes(Path(sys.argv[3]) if len(sys.argv) > 3 else run, 0)
     iteration = 1
     while (policy := episodes(run, iteration)) is not None:
         won = sum(policy[t]["success"] and not base[t]["success"] for t in base)
