@@ -486,14 +486,14 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as e:
         parser.error(str(e))
     if not args.table_only:
-        # The loop runs in this process, outside Hydra's job logging: the same console.
-        logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s",
-                            handlers=[StdoutHandler()])
-        quiet_libraries()
         try:
             plan_runs(args.env, out, overrides, methods)
         except ValueError as e:  # a bad override or study, found before any model loads
             parser.error(str(e))
+        # The loop runs in this process, outside Hydra's job logging: the same console.
+        logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s",
+                            handlers=[StdoutHandler()])
+        quiet_libraries()
         run_methods(args.env, out, overrides, methods)
     print(write_table(out, "python -m agentq.compare " + shlex.join(argv), methods))
 
