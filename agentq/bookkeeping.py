@@ -11,6 +11,7 @@ import random
 import subprocess
 import sys
 import time
+import warnings
 from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
@@ -187,6 +188,9 @@ def make_loggers(cfg: DictConfig, resuming: bool = False) -> list:
         logger = instantiate(spec, **kwargs)
         if resuming and isinstance(logger, CSVLogger):
             keep_earlier_csv(Path(logger.log_dir))
+            with warnings.catch_warnings():  # its "previous log files will be deleted" is false after the move
+                warnings.filterwarnings("ignore", message="Experiment logs directory")
+                logger.experiment  # noqa: B018 (created here, where the warning is filtered)
         loggers.append(logger)
         log.info("logger %s -> %s", name, type(logger).__name__)
     config = OmegaConf.to_container(cfg, resolve=True)

@@ -39,6 +39,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from agentq.console import StdoutHandler, quiet_libraries
+from agentq.data.buffer import ReplayBuffer
 from agentq.data.diagnostics import SFT_SOURCES
 from agentq.evaluate import aggregate, milestone_shares
 from agentq.intervals import wilson_interval
@@ -138,12 +139,11 @@ ROWS = (  # Agent Q Table 1's order, then Agent-R and the search baselines
 )
 
 
-def run_methods(env: str, out: Path, overrides: list[str], methods=METHODS) -> None:
+def run_methods(out: Path, planned: dict[str, tuple[list[str], object]], methods=METHODS) -> None:
     """Run each method not finished before, on the configs ``plan_runs`` composed and checked."""
     from agentq.loop import run
 
     chosen = {m.name for m in methods}
-    planned = plan_runs(env, out, overrides, methods)
     for method in methods:
         run_dir = out / "runs" / method.name
         if method.name not in planned:
@@ -284,12 +284,13 @@ def cost_per_success(run_dir: Path, iteration: str, mode: str, episodes: list[di
 
 
 def trained_on(run_dir: Path, iteration: str) -> int | str:
-    """How many training examples the evaluated policy was trained on ("-" for the base policy)."""
-    summary = RunLayout(run_dir).summary
-    if iteration == "base" or not summary.exists():
+    """How many training examples the evaluated policy was trained on ("-" for the base policy).
+    Read from the buffer, not summary.json: a run killed mid-training has a stale summary."""
+    if iteration == "base" or not RunLayout(run_dir).config.exists():
         return NOT_EVALUATED
-    last = json.loads(summary.read_text())["iterations"][-1]
-    return last.get("num_examples", NOT_EVALUATED)
+    buffer = ReplayBuffer(RunLayout(run_dir))
+    index = iteration_index(run_dir, iteration)
+    return buffer.num_examples(index) if buffer.has_examples(index) else NOT_EVALUATED
 
 
 def table_rows(out: Path, methods=METHODS) -> list[dict]:
@@ -487,14 +488,14 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(str(e))
     if not args.table_only:
         try:
-            plan_runs(args.env, out, overrides, methods)
+            planned = plan_runs(args.env, out, overrides, methods)
         except ValueError as e:  # a bad override or study, found before any model loads
             parser.error(str(e))
         # The loop runs in this process, outside Hydra's job logging: the same console.
         logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s",
                             handlers=[StdoutHandler()])
         quiet_libraries()
-        run_methods(args.env, out, overrides, methods)
+        run_methods(out, planned, methods)
     print(write_table(out, "python -m agentq.compare " + shlex.join(argv), methods))
 
 

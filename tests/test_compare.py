@@ -65,6 +65,20 @@ def test_table_rows_come_from_the_evaluation_files(tmp_path):
     assert "RFT" in labels and "Agent-R (zero-shot)" not in labels
 
 
+def test_trained_on_counts_the_buffers_examples_not_a_stale_summary(tmp_path):
+    # A run killed mid-training keeps the summary written before its examples were built.
+    run_dir = tmp_path / "runs" / "rft"
+    (run_dir / "iter_002").mkdir(parents=True)
+    (run_dir / "config.yaml").write_text("iterations: 2\n")
+    stale = {"iterations": [{"iteration": 0, "eval": {}}, {"iteration": 2, "num_examples": 0}]}
+    (run_dir / "summary.json").write_text(json.dumps(stale))
+    assert compare.trained_on(run_dir, "last") == compare.NOT_EVALUATED  # no examples built yet
+    (run_dir / "iter_002" / "examples.jsonl").write_text('{"type": "a"}\n{"type": "b"}\n\n{"type": "c"}\n')
+    assert compare.trained_on(run_dir, "last") == 3 and compare.trained_on(run_dir, "base") == compare.NOT_EVALUATED
+    rft = next(r for r in compare.table_rows(tmp_path) if r["method"] == "RFT")
+    assert rft["examples"] == 3 and rft["tasks"] == 0
+
+
 def test_the_oracle_row_reads_the_agentq_runs_oracle_file(tmp_path):
     run_dir = tmp_path / "runs" / "agentq"
     run_dir.mkdir(parents=True)
@@ -158,8 +172,9 @@ def test_an_agent_r_study_runs_end_to_end_without_an_agentq_run(tmp_path):
     # shared trees, recovery prefixes, the table), not learning.
     # (run_methods, not main: main configures the process's logging, which later tests own)
     study = tuple(m for m in compare.METHODS if m.name in ("agent_r", "agent_r_good"))
-    compare.run_methods("textcraft", tmp_path, ["model=tiny", "logger=csv", "collect.num_tasks=1", "eval.num_tasks=1",
-                                                "agent.sampling.max_new_tokens=8", "search.num_simulations=1"], study)  # fmt: skip
+    overrides = ["model=tiny", "logger=csv", "collect.num_tasks=1", "eval.num_tasks=1",
+                 "agent.sampling.max_new_tokens=8", "search.num_simulations=1"]  # fmt: skip
+    compare.run_methods(tmp_path, compare.plan_runs("textcraft", tmp_path, overrides, study), study)
     compare.write_table(tmp_path, "python -m agentq.compare --env textcraft --methods agent_r,agent_r_good", study)
     runs = tmp_path / "runs"
     assert (runs / "agent_r" / "done").exists() and (runs / "agent_r_good" / "done").exists()

