@@ -17,6 +17,16 @@ def test_wilson_interval_known_values():
     assert compare.wilson_interval(3, 3)[1] == 1.0
 
 
+def test_exact_mcnemar_known_values():
+    # Two-sided binomial(n, 1/2) tails: 0 of 5 discordant goals won -> 2/32; 1 of 7 -> 2*8/128; 3 vs 3 -> 1.
+    from agentq.intervals import mcnemar_exact
+
+    assert mcnemar_exact(0, 5) == pytest.approx(0.0625) and mcnemar_exact(5, 0) == pytest.approx(0.0625)
+    assert mcnemar_exact(1, 6) == pytest.approx(16 / 128) and mcnemar_exact(6, 1) == mcnemar_exact(1, 6)
+    assert mcnemar_exact(3, 3) == 1.0 and mcnemar_exact(0, 0) == 1.0
+    assert mcnemar_exact(0, 7) == pytest.approx(2 / 128)
+
+
 def test_bootstrap_interval_brackets_the_mean_and_is_seeded():
     values = [0.0, 0.5, 1.0, 1.0]
     lo, hi = compare.bootstrap_interval(values)

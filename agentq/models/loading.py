@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from peft import PeftModel
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
@@ -176,8 +177,6 @@ def _ready(
     order: the run's base policy is then that fine-tuned model (a behaviour-cloned base,
     docs/method.md §9, or a trained run's pi_i)."""
     for path in adapter_chain(adapter):
-        from peft import PeftModel
-
         model = PeftModel.from_pretrained(model, str(path)).merge_and_unload()
     model.eval()
     model.config.use_cache = True

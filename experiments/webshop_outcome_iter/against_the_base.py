@@ -16,19 +16,15 @@ from __future__ import annotations
 import json
 import random
 import sys
-from math import comb
 from pathlib import Path
+
+from agentq.intervals import mcnemar_exact
 
 
 def episodes(run: Path, iteration: int) -> dict | None:
     folder = run / f"iter_{iteration:03d}" / "eval" / "zero_shot"
     found = [json.loads(p.read_text())["trajectory"] for p in folder.glob("task_*.json")]
     return {t["task_id"]: t for t in found} or None
-
-
-def mcnemar_exact(won: int, lost: int) -> float:
-    n = won + lost
-    return 1.0 if n == 0 else min(1.0, 2 * sum(comb(n, i) for i in range(min(won, lost) + 1)) / 2**n)
 
 
 if __name__ == "__main__":
