@@ -16,14 +16,16 @@ from __future__ import annotations
 import csv
 import io
 import json
-import random
 import sys
 from pathlib import Path
 
 from agentq.compare import bootstrap_interval
-from agentq.intervals import mcnemar_exact, wilson_interval
+from agentq.intervals import wilson_interval
 
 STUDY = Path(__file__).parent
+sys.path.insert(0, str(STUDY.parent / "webshop_outcome_iter"))  # its goal-by-goal comparison, not a copy
+from against_the_base import against, commands  # noqa: E402
+
 ITER = STUDY.parent / "webshop_outcome_iter" / "runs" / "agentq"
 ROWS = {  # name: (label, trained on, the 50-goal run's episodes of the same policy)
     "base": ("base (the clone)", "-", STUDY / "runs/agentq/iter_000"),
@@ -41,10 +43,6 @@ def episodes(iteration_dir: Path) -> dict[int, dict]:
     return {t["task_id"]: t for t in (json.loads(p.read_text())["trajectory"] for p in files)}
 
 
-def commands(trajectory: dict) -> list[str]:
-    return [step["command"] for step in trajectory["steps"]]
-
-
 def reproduced(name: str, fresh: dict[int, dict]) -> bool:
     earlier = episodes(ROWS[name][2])
     same = [commands(fresh[g]) == commands(earlier[g]) and fresh[g]["score"] == earlier[g]["score"] for g in RECHECKED]
@@ -52,26 +50,21 @@ def reproduced(name: str, fresh: dict[int, dict]) -> bool:
     return all(same)
 
 
-def row(label: str, trained: str, policy: dict[int, dict], base: dict[int, dict] | None) -> dict:
+def row(label: str, trained: str, policy: dict[int, dict], base: dict[int, dict]) -> dict:
     n = len(policy)
     wins = sum(t["success"] for t in policy.values())
     lo, hi = wilson_interval(wins, n)
     rewards = [t["score"] for t in policy.values()]
     rlo, rhi = bootstrap_interval(rewards)
-    out_of_steps = sum(len(t["steps"]) >= MAX_STEPS and t["score"] == 0 for t in policy.values())
+    a = against(policy, base, MAX_STEPS)
     entry = {"policy": label, "trained on": trained, "goals": n, "success %": f"{100 * wins / n:.1f} [{100 * lo:.1f}, {100 * hi:.1f}]",
-             "avg reward": f"{sum(rewards) / n:.3f} [{rlo:.3f}, {rhi:.3f}]", "out of steps, no purchase": out_of_steps}  # fmt: skip
-    if base is None or policy is base:
+             "avg reward": f"{sum(rewards) / n:.3f} [{rlo:.3f}, {rhi:.3f}]", "out of steps, no purchase": a["out"]}  # fmt: skip
+    if policy is base:
         return entry | {"won / lost vs base (McNemar p)": "-", "reward vs base [paired 95%]": "-", "identical to base": "-"}
-    won = sum(policy[g]["success"] and not base[g]["success"] for g in base)
-    lost = sum(base[g]["success"] and not policy[g]["success"] for g in base)
-    diff = [policy[g]["score"] - base[g]["score"] for g in base]
-    rng = random.Random(0)
-    means = sorted(sum(rng.choices(diff, k=len(diff))) / len(diff) for _ in range(10_000))
     return entry | {
-        "won / lost vs base (McNemar p)": f"{won} / {lost} ({mcnemar_exact(won, lost):.2f})",
-        "reward vs base [paired 95%]": f"{sum(diff) / len(diff):+.3f} [{means[250]:+.3f}, {means[9750]:+.3f}]",
-        "identical to base": sum(commands(policy[g]) == commands(base[g]) for g in base),
+        "won / lost vs base (McNemar p)": f"{a['won']} / {a['lost']} ({a['p']:.2f})",
+        "reward vs base [paired 95%]": f"{a['diff']:+.3f} [{a['lo']:+.3f}, {a['hi']:+.3f}]",
+        "identical to base": a["same"],
     }
 
 

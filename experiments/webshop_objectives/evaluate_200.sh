@@ -29,18 +29,18 @@ declare -A episodes=(  # the 50-goal run's episodes of the same policy
   [agentq_pi3]=$iter/iter_003
 )
 
-for policy in "${@:-base agentq rft traj_dpo agentq_pi3}"; do
-  for name in $policy; do
-    run_dir=$study/runs/test200/$name
-    target=$run_dir/iter_000/eval/zero_shot
-    mkdir -p "$target"
-    for goal in $(seq 10 49); do
-      [ -e "$target/task_$goal.json" ] || cp "${episodes[$name]}/eval/zero_shot/task_$goal.json" "$target/"
-    done
-    resume=()
-    [ -e "$run_dir/config.yaml" ] && resume=("resume=$run_dir")
-    python run.py +experiment=webshop_mcts_dpo +study=webshop_clone_objectives iterations=0 \
-      eval.recovery=false eval.num_tasks=200 "model.adapter=${adapters[$name]}" \
-      paths.run_dir="$run_dir" logger=csv "${resume[@]}"
+names=("$@")
+[ ${#names[@]} -gt 0 ] || names=(base agentq rft traj_dpo agentq_pi3)
+for name in "${names[@]}"; do
+  run_dir=$study/runs/test200/$name
+  target=$run_dir/iter_000/eval/zero_shot
+  mkdir -p "$target"
+  for goal in $(seq 10 49); do
+    [ -e "$target/task_$goal.json" ] || cp "${episodes[$name]}/eval/zero_shot/task_$goal.json" "$target/"
   done
+  resume=()
+  [ -e "$run_dir/config.yaml" ] && resume=("resume=$run_dir")
+  python run.py +experiment=webshop_mcts_dpo +study=webshop_clone_objectives iterations=0 \
+    eval.recovery=false eval.num_tasks=200 "model.adapter=${adapters[$name]}" \
+    paths.run_dir="$run_dir" logger=csv "${resume[@]}"
 done
