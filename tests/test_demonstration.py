@@ -3,6 +3,8 @@ results (agentq.search.demonstration), and a saved adapter as a run's base (mode
 
 from __future__ import annotations
 
+import json
+
 import gymnasium
 import pytest
 import torch
@@ -12,6 +14,7 @@ from agentq.agent.prompt import PromptBuilder
 from agentq.components import IncompatibleConfig, build
 from agentq.data.successes import SuccessfulTrajectories
 from agentq.models.loading import TinyRandomModel
+from agentq.records.tree import SearchResult
 from agentq.search.demonstration import SOURCE, ScriptedDemonstration
 from envs.demonstrations import oracle_commands, oracle_of
 
@@ -77,6 +80,41 @@ def test_an_episode_the_oracle_cannot_finish_is_a_failure_not_an_example():
     assert trajectory.steps[-1].action.startswith("FAILURE\n")
     assert SuccessfulTrajectories().from_search(result) == []
     env.close()
+
+
+def test_planted_mistakes_are_valid_corrected_and_never_trained(env):
+    tasks = env.unwrapped.task_ids("train")[:4]
+    search = ScriptedDemonstration(max_depth=40, mistake_rate=0.5)
+    planted = 0
+    for task in tasks:
+        result = search(env, PromptOnly(), task_id=task, generator=torch.Generator().manual_seed(3))
+        (trajectory,) = result.trajectories
+        _, oracle = oracle_commands(env, task, 40)
+        assert trajectory.success
+        # the oracle's commands, in order, with the mistakes between them
+        assert [s.command for s in trajectory.steps if s.imitate] == oracle
+        nodes = result.tree.path(result.tree.nodes[-1])
+        for i, step in enumerate(trajectory.steps):
+            if step.imitate:
+                continue
+            planted += 1
+            assert step.command in nodes[i].history.valid_actions  # an action the agent could take
+            assert step.command != trajectory.steps[i + 1].command  # not the correction itself
+            assert step.observation in trajectory.steps[i + 1].prompt[-1]["content"]  # seen before the correction
+        (example,) = SuccessfulTrajectories().from_search(result)
+        assert [seg.train for seg in example.segments] == [s.imitate for s in trajectory.steps]
+        saved = SearchResult.from_dict(json.loads(json.dumps(result.to_dict())))  # a resumed run's tree
+        assert SuccessfulTrajectories().from_search(saved) == [example]
+        again = search(env, PromptOnly(), task_id=task, generator=torch.Generator().manual_seed(3))
+        assert [s.command for s in again.trajectories[0].steps] == [s.command for s in trajectory.steps]
+    if env.spec.id.endswith("TextCraft-v0"):  # a failed craft leaves the state as it was
+        assert planted >= 2
+
+
+@pytest.mark.parametrize("rate", [-0.1, 1.0])
+def test_a_mistake_rate_outside_0_1_is_refused_naming_the_key(rate):
+    with pytest.raises(ValueError, match="search.mistake_rate"):
+        ScriptedDemonstration(mistake_rate=rate)
 
 
 @pytest.mark.parametrize(

@@ -62,7 +62,9 @@ class Segment:
 
 
 def segments_of(trajectory: Trajectory, train: bool = True) -> list[Segment]:
-    return [Segment.from_step(s, train) for s in trajectory.steps]
+    """A segment per step; a step not to imitate (a demonstration's planted mistake) never
+    carries loss."""
+    return [Segment.from_step(s, train and s.imitate) for s in trajectory.steps]
 
 
 @dataclass

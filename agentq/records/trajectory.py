@@ -17,7 +17,10 @@ class Step:
     policy gave it (the off-policy reference for DPO); ``grounding`` how
     ``command`` relates to the env's valid actions
     (:data:`agentq.agent.grounding.GROUNDINGS`; None when unknown: a scripted
-    policy, a replayed prefix, or a file written before it was recorded)."""
+    policy, a replayed prefix, or a file written before it was recorded).
+    ``imitate`` is False for a mistake put into a scripted demonstration on purpose
+    (:mod:`agentq.search.demonstration`): it stays in the history that later steps
+    see, and no objective trains on it."""
 
     prompt: Messages
     action: str
@@ -27,6 +30,7 @@ class Step:
     logprob: float = 0.0
     action_ids: list[int] = field(default_factory=list)
     grounding: str | None = None
+    imitate: bool = True
 
     @classmethod
     def from_candidate(cls, candidate: Candidate, observation: str, reward: float) -> Step:

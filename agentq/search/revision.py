@@ -302,7 +302,7 @@ def splice(
         seen = tuple(s.action for s in good.steps[:j])
         messages = rerender(prompt, step.prompt, observation, seen, previous)
         segments.append(
-            Segment(messages, step.action, list(step.action_ids), logprob=0.0, train=True)
+            Segment(messages, step.action, list(step.action_ids), logprob=0.0, train=step.imitate)
         )
         previous = (*previous, step.action)
     return segments
