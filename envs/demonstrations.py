@@ -2,7 +2,10 @@
 
 Each env package's ``oracle.play`` (:data:`envs.contract.OraclePlay`) reports only
 its outcome; :func:`oracle_commands` also records the commands it sent, by
-playing it through a wrapper that keeps every ``step``'s action.
+playing it through a wrapper that keeps every ``step``'s action. An oracle that
+backtracks (TextCraft's) restores a snapshot taken through the wrappers, and the
+recorder drops the commands the restore undid: what remains is the straight plan
+the oracle ended with, which replays from the task's reset.
 """
 
 from __future__ import annotations
@@ -29,6 +32,14 @@ class _Recorder(gym.Wrapper):
     def step(self, action: str):
         self.commands.append(action)
         return self.env.step(action)
+
+    def snapshot(self) -> tuple[int, Any]:
+        return len(self.commands), self.env.get_wrapper_attr("snapshot")()
+
+    def restore(self, state: tuple[int, Any]) -> None:
+        sent, inner = state
+        del self.commands[sent:]
+        self.env.get_wrapper_attr("restore")(inner)
 
 
 def oracle_of(env: gym.Env) -> OraclePlay:

@@ -57,14 +57,19 @@ class Segment:
     train: bool = True  # its tokens carry loss
 
     @classmethod
-    def from_step(cls, step: Step, train: bool = True) -> Segment:
-        return cls(step.prompt, step.action, list(step.action_ids), step.logprob, train)
+    def from_step(cls, step: Step, train: bool = True, *, prompt: Messages | None = None) -> Segment:
+        """The step's action as a segment. A step not to imitate (a demonstration's planted
+        mistake) never carries loss. ``prompt``: another rendering of the step's history (an
+        Agent-R splice); the logged log-prob was of the original prompt, so none is kept."""
+        train = train and step.imitate
+        if prompt is None:
+            return cls(step.prompt, step.action, list(step.action_ids), step.logprob, train)
+        return cls(prompt, step.action, list(step.action_ids), 0.0, train)
 
 
 def segments_of(trajectory: Trajectory, train: bool = True) -> list[Segment]:
-    """A segment per step; a step not to imitate (a demonstration's planted mistake) never
-    carries loss."""
-    return [Segment.from_step(s, train and s.imitate) for s in trajectory.steps]
+    """A segment per step."""
+    return [Segment.from_step(s, train) for s in trajectory.steps]
 
 
 @dataclass

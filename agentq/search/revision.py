@@ -301,9 +301,7 @@ def splice(
         observation = good.steps[j - 1].observation if j > 0 else root_observation
         seen = tuple(s.action for s in good.steps[:j])
         messages = rerender(prompt, step.prompt, observation, seen, previous)
-        segments.append(
-            Segment(messages, step.action, list(step.action_ids), logprob=0.0, train=step.imitate)
-        )
+        segments.append(Segment.from_step(step, prompt=messages))
         previous = (*previous, step.action)
     return segments
 

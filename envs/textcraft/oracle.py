@@ -81,14 +81,17 @@ class Oracle:
         return True
 
     def _craft_any(self, item: str, path: frozenset[str]) -> bool:
+        # Through the wrappers, not on the bare env: a wrapper that records the commands
+        # (envs/demonstrations.py) must drop those a restore undoes.
+        snapshot, restore = self.env.get_wrapper_attr("snapshot"), self.env.get_wrapper_attr("restore")
         for action, inputs in self.crafts.get(item, []):
-            snap = self.base.snapshot()
+            snap = snapshot()
             try:
                 if self._craft(action, inputs, path):
                     return True
             except _OutOfSteps:
                 pass  # another recipe may be shorter
-            self.base.restore(snap)  # undo a dead end (e.g. a verbatim tag command)
+            restore(snap)  # undo a dead end (e.g. a verbatim tag command)
         return False
 
     def _craft(self, action: str, inputs: dict[str, int], path: frozenset[str]) -> bool:
