@@ -2,7 +2,8 @@
 
     python experiments/textcraft_bc/on_oracle_states.py experiments/textcraft_bc/runs/<run> [examples.jsonl]
 
-Reads the run's saved config (its model, adapter, decoding and eval split). For each
+Reads the run's saved config (its model, adapter, decoding and eval split); for a
+run that trained the clone, the adapters it trained are merged on top. For each
 of its first ``eval.num_tasks`` held-out goals (or, given a training run's
 examples.jsonl, each goal the clone was trained on), the oracle plays the goal and, before
 each oracle command, the clone proposes one action greedily from the history the
@@ -15,10 +16,10 @@ oracle here and fails only in its own episodes, its errors compound (what DART's
 planted mistakes address). If it does not match here either, it has not learnt the
 step itself: which recipe to use, with which count.
 
-Prints, per command kind (get / craft / inventory): the oracle's steps, the clone's
-exact matches, and for a wrong craft whether it names an item of this goal's recipe
-tree (one the oracle crafts later, or the goal) or another recipe of the listed ones.
-Writes the per-step rows to <run>/on_oracle_states[_trained].json.
+Prints, per command kind (get / craft / inventory): the oracle's steps and the clone's
+exact matches; and for each wrong craft, where its item stands in the oracle's plan
+(see :func:`wrong_craft`). The per-step rows are kept in
+<run>/on_oracle_states[_trained].json; the counts are read from that file when it exists.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from omegaconf import OmegaConf
 
 from agentq import components
 from agentq.agent.episode import start
+from agentq.layout import RunLayout
 from envs.demonstrations import oracle_commands
 
 CRAFT = re.compile(r"^craft \d+ (.+?) using ")
@@ -47,48 +49,67 @@ def crafted_item(command: str) -> str | None:
     return match.group(1) if match else None
 
 
-def main(run: Path, trained_on: Path | None = None) -> None:
-    cfg = OmegaConf.load(run / "config.yaml")
+def wrong_craft(rows: list[dict], i: int) -> str | None:
+    """Where a wrong craft at ``rows[i]`` stands in the oracle's plan of that goal: the item the
+    oracle crafts now (another count or recipe), one it crafts later (ahead of its ingredients),
+    one it crafted earlier (a repeat), or none of them (outside the goal's recipe tree)."""
+    row = rows[i]
+    item = crafted_item(row["clone"])
+    if row["match"] or item is None:
+        return None
+    plan = [r for r in rows if r["task_id"] == row["task_id"]]
+    if item == crafted_item(row["oracle"]):
+        return "same item"
+    if item in {crafted_item(r["oracle"]) for r in plan[row["step"] + 1 :]}:
+        return "ahead"
+    if item in {crafted_item(r["oracle"]) for r in plan[: row["step"]]}:
+        return "repeat"
+    return "outside"
+
+
+def proposals(run: Path, task_ids: list | None) -> list[dict]:
+    """One row per oracle step of each goal: the oracle's command and the clone's greedy one."""
+    cfg = OmegaConf.load(RunLayout(run).config)
+    trained = RunLayout(run).adapters(int(cfg.iterations))
+    if trained:  # a training run's clone: the config's base with the adapters the run trained
+        base = cfg.model.adapter
+        base = [] if base is None else [base] if isinstance(base, str) else list(base)
+        cfg.model.adapter = [*base, *map(str, trained)]
     parts = components.build(cfg)
     model, tokenizer = parts.model.load()
     policy = parts.policy(model, tokenizer, engine=parts.engine(model, tokenizer))
-    _, task_ids = parts.task_ids()
-    if trained_on is not None:
-        task_ids = [json.loads(line)["task_id"] for line in trained_on.read_text().splitlines()]
     env = parts.env
     rows = []
-    for task_id in task_ids:
+    for task_id in task_ids or parts.task_ids()[1]:
         _, oracle = oracle_commands(env, task_id, parts.eval.max_steps)
-        tree = {crafted_item(c) for c in oracle} - {None}
         history = start(env, task_id)
         for t, command in enumerate(oracle):
             proposed = policy.propose(history, 1, greedy=True)[0].command
-            item = crafted_item(proposed)
-            rows.append(
-                {
-                    "task_id": task_id,
-                    "step": t,
-                    "oracle": command,
-                    "clone": proposed,
-                    "match": proposed == command,
-                    "same_kind": kind(proposed) == kind(command),
-                    "craft_in_tree": item in tree if item else None,
-                }
-            )
+            rows.append({"task_id": task_id, "step": t, "oracle": command, "clone": proposed, "match": proposed == command})
             observation, _, _, _, info = env.step(command)
             history = history.extend(f"COMMAND: {command}", observation, info.get("valid_actions"))
-    suffix = "_trained" if trained_on else ""
-    (run / f"on_oracle_states{suffix}.json").write_text(json.dumps(rows, indent=1))
-    print(f"{run}: {len(task_ids)} {'training' if trained_on else 'held-out'} goals, {len(rows)} oracle steps")
+    parts.close()
+    return rows
+
+
+def main(run: Path, trained_on: Path | None = None) -> None:
+    out = run / f"on_oracle_states{'_trained' if trained_on else ''}.json"
+    if not out.exists():  # the model's proposals take minutes; the counts below are read from this file
+        task_ids = [json.loads(line)["task_id"] for line in trained_on.read_text().splitlines()] if trained_on else None
+        out.write_text(json.dumps(proposals(run, task_ids), indent=1))
+    rows = json.loads(out.read_text())
+    goals = len({r["task_id"] for r in rows})
+    matched = sum(r["match"] for r in rows)
+    print(f"{run}: {goals} {'training' if trained_on else 'held-out'} goals, {len(rows)} oracle steps, "
+          f"clone matched {matched} ({matched / len(rows):.0%})")
     steps, matches = Counter(kind(r["oracle"]) for r in rows), Counter(kind(r["oracle"]) for r in rows if r["match"])
     for k in sorted(steps):
         print(f"  oracle {k}: {steps[k]} steps, clone matched {matches[k]} ({matches[k] / steps[k]:.0%})")
     first = [r for r in rows if r["step"] == 0]
     print(f"  first steps matched: {sum(r['match'] for r in first)} of {len(first)}")
-    wrong_crafts = [r for r in rows if not r["match"] and kind(r["clone"]) == "craft"]
-    in_tree = sum(bool(r["craft_in_tree"]) for r in wrong_crafts)
-    print(f"  wrong crafts: {len(wrong_crafts)}, of an item in the goal's recipe tree: {in_tree}")
     print(f"  clone's kinds when wrong: {dict(Counter(kind(r['clone']) for r in rows if not r['match']))}")
+    wrong = Counter(w for i in range(len(rows)) if (w := wrong_craft(rows, i)))
+    print(f"  wrong crafts, by the item against the oracle's plan: {dict(wrong)}")
 
 
 if __name__ == "__main__":
