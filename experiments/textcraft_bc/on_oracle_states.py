@@ -49,20 +49,20 @@ def crafted_item(command: str) -> str | None:
     return match.group(1) if match else None
 
 
-def wrong_craft(rows: list[dict], i: int) -> str | None:
-    """Where a wrong craft at ``rows[i]`` stands in the oracle's plan of that goal: the item the
-    oracle crafts now (another count or recipe), one it crafts later (ahead of its ingredients),
-    one it crafted earlier (a repeat), or none of them (outside the goal's recipe tree)."""
-    row = rows[i]
+def wrong_craft(row: dict, crafts: list[str | None]) -> str | None:
+    """Where a wrong craft in ``row`` stands in the oracle's plan of that goal (``crafts``: the
+    item each oracle step crafts, None for a get): the item the oracle crafts now (another
+    count or recipe), one it crafts later (ahead of its ingredients), one it crafted earlier
+    (a repeat), or none of them (outside the goal's recipe tree)."""
     item = crafted_item(row["clone"])
     if row["match"] or item is None:
         return None
-    plan = [r for r in rows if r["task_id"] == row["task_id"]]
-    if item == crafted_item(row["oracle"]):
+    t = row["step"]
+    if item == crafts[t]:
         return "same item"
-    if item in {crafted_item(r["oracle"]) for r in plan[row["step"] + 1 :]}:
+    if item in crafts[t + 1 :]:
         return "ahead"
-    if item in {crafted_item(r["oracle"]) for r in plan[: row["step"]]}:
+    if item in crafts[:t]:
         return "repeat"
     return "outside"
 
@@ -108,7 +108,10 @@ def main(run: Path, trained_on: Path | None = None) -> None:
     first = [r for r in rows if r["step"] == 0]
     print(f"  first steps matched: {sum(r['match'] for r in first)} of {len(first)}")
     print(f"  clone's kinds when wrong: {dict(Counter(kind(r['clone']) for r in rows if not r['match']))}")
-    wrong = Counter(w for i in range(len(rows)) if (w := wrong_craft(rows, i)))
+    crafts: dict = {}
+    for r in rows:  # rows are in step order within each goal
+        crafts.setdefault(r["task_id"], []).append(crafted_item(r["oracle"]))
+    wrong = Counter(w for r in rows if (w := wrong_craft(r, crafts[r["task_id"]])))
     print(f"  wrong crafts, by the item against the oracle's plan: {dict(wrong)}")
 
 
