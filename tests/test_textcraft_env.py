@@ -119,6 +119,34 @@ def test_tag_commands_fail_verbatim_and_have_member_variants(env: TextCraftEnv) 
     assert "Last result: Crafted 1 minecraft:crafting_table" in obs
 
 
+def test_craftable_now_lists_exactly_the_crafts_that_would_succeed() -> None:
+    env = TextCraftEnv(show_craftable=True)
+    rng = random.Random(0)
+    listed_total = 0
+    for task_id in env.task_ids("dev")[:8]:
+        obs, info = env.reset(options={"task_id": task_id})
+        for _ in range(25):
+            listing = obs.split("\nCraftable now:", 1)[1]
+            listed = [] if listing == " nothing" else listing.removeprefix("\n").split("\n")
+            succeeded = []
+            for action in (a for a in info["valid_actions"] if a.startswith("craft ")):
+                snap = env.snapshot()
+                if "Last result: Crafted" in env.step(action)[0]:
+                    succeeded.append(action)
+                env.restore(snap)
+            assert listed == succeeded, (task_id, obs)
+            listed_total += len(listed)
+            # Mostly gets, so that the inventory fills and recipes become ready.
+            gets = [a for a in info["valid_actions"] if a.startswith("get ")]
+            action = rng.choice(gets if rng.random() < 0.7 else info["valid_actions"])
+            obs, _, terminated, truncated, info = env.step(action)
+            if terminated or truncated:
+                break
+    assert listed_total > 20
+    # Off by default: ADaPT's text is unchanged.
+    assert "Craftable now" not in TextCraftEnv().reset(options={"task_id": 5})[0]
+
+
 def test_observation_is_deterministic_for_a_task_id(env: TextCraftEnv) -> None:
     first = _digest(env, [0, 7, 150, 418])
     # The package grows its recipe lists on every reset; ours must not drift.

@@ -82,7 +82,10 @@ class TextCraftEnv(gym.Env[str, str]):
     ``Text(max_length=8192, charset=string.printable)``: the instruction (the
     command list and ``"Goal: craft X."``), a blank line, then
     ``"Last result: <feedback of the last action, 'none' after reset>"`` and
-    ``"Inventory: [item] (count) ..."``.
+    ``"Inventory: [item] (count) ..."``. With ``show_craftable``, a last block
+    ``"Craftable now:"`` lists, one per line, the crafting commands of
+    ``info["valid_actions"]`` whose ingredients the inventory holds (``"Craftable
+    now: nothing"`` if none).
 
     ADaPT shows the instruction once and then only each action's feedback,
     relying on the prompt to keep the history. Agent Q's history ``h_t`` keeps
@@ -115,6 +118,10 @@ class TextCraftEnv(gym.Env[str, str]):
       executor limit; see ``conf/env/textcraft.yaml``).
     * ``split_test_size``, ``split_dev_size``: goals in the test and dev
       splits (default 100 and 50); the train split has the rest (269).
+    * ``show_craftable``: add the ``"Craftable now:"`` block (default False).
+      It is a reading aid and a departure from ADaPT's text: it says nothing
+      the recipes and the inventory do not, but spares the agent matching
+      them (docs/environments.md).
 
     ``reset(options={"task_id": i})`` plays task ``i``; without it a train
     task is drawn with ``self.np_random``.
@@ -123,7 +130,13 @@ class TextCraftEnv(gym.Env[str, str]):
     metadata = {"render_modes": []}
     forkable = True  # all state lives in this process: parallel workers may fork it (agentq/parallel.py)
 
-    def __init__(self, max_steps: int = 40, split_test_size: int = 100, split_dev_size: int = 50) -> None:
+    def __init__(
+        self,
+        max_steps: int = 40,
+        split_test_size: int = 100,
+        split_dev_size: int = 50,
+        show_craftable: bool = False,
+    ) -> None:
         if max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {max_steps}")
         self._game = game.new_game()
@@ -140,6 +153,9 @@ class TextCraftEnv(gym.Env[str, str]):
         self.max_steps = max_steps
         self.split_test_size = split_test_size
         self.split_dev_size = split_dev_size
+        self.show_craftable = show_craftable
+        # Craft command -> its ingredients; the crafting tree is fixed, so it holds across tasks.
+        self._inputs: dict[str, tuple[tuple[str | None, int], ...]] = {}
         self.depths: tuple[int, ...] = tuple(game.goal_depths(self._game))
         self._splits = _stratified_splits(goals, self.depths, {"test": split_test_size, "dev": split_dev_size})
         self.observation_space = spaces.Text(max_length=OBSERVATION_MAX_LENGTH, charset=_CHARSET)
@@ -255,10 +271,25 @@ class TextCraftEnv(gym.Env[str, str]):
         # The package's own inventory listing, without its trailing space.
         inventory = game.step_game(self._game, "inventory")[0].rstrip()
         state = f"Last result: {self._feedback}\n{inventory}"
+        if self.show_craftable:
+            ready = "".join(f"\n{command}" for command in self._craftable())
+            state += f"\nCraftable now:{ready or ' nothing'}"
         # A pathological inventory (dozens of items with 500-digit counts) is
         # the only thing that can overflow; clip it rather than the task.
         room = OBSERVATION_MAX_LENGTH - len(self._instruction) - 2
         return f"{self._instruction}\n\n{_clip(state, room)}"
+
+    def _craftable(self) -> list[str]:
+        craftable = []
+        for action in self._valid_actions:
+            if not action.startswith("craft "):
+                continue
+            if action not in self._inputs:
+                self._inputs[action] = game.recipe_inputs(self._game, action)
+            # A tag ingredient (id None) is never in the inventory: the package cannot craft it verbatim.
+            if all(self._game.inventory.get(item, 0) >= count for item, count in self._inputs[action]):
+                craftable.append(action)
+        return craftable
 
 
 def _stratified_splits(

@@ -190,6 +190,14 @@ def valid_actions(game: TextCraft, commands: list[str]) -> tuple[str, ...]:
     return tuple({"inventory": None} | dict.fromkeys(commands) | gets | variants)
 
 
+def recipe_inputs(game: TextCraft, command: str) -> tuple[tuple[str | None, int], ...]:
+    """The (item id, count) pairs a craft command consumes; a tag ingredient has id None."""
+    return tuple(
+        (ingredient.item_tag.item_id, ingredient.count)
+        for ingredient in _parse(game, command).input_items
+    )
+
+
 def _parse(game: TextCraft, command: str) -> Recipe:
     match = _CRAFT.match(command)
     if match is None:
