@@ -149,6 +149,33 @@ def test_a_mistake_rate_outside_0_1_is_refused_naming_the_key(rate):
         ScriptedDemonstration(mistake_rate=rate)
 
 
+@pytest.mark.parametrize("share", [-0.1, 1.5])
+def test_a_repeat_share_outside_0_1_is_refused_naming_the_key(share):
+    with pytest.raises(ValueError, match="search.mistake_repeat"):
+        ScriptedDemonstration(mistake_rate=0.3, mistake_repeat=share)
+
+
+def test_repeat_mistakes_repeat_the_command_before_them(env):
+    search = ScriptedDemonstration(max_depth=40, mistake_rate=0.5, mistake_repeat=1.0)
+    repeats = 0
+    for task in env.unwrapped.task_ids("train")[:4]:
+        result = search(env, PromptOnly(), task_id=task, generator=torch.Generator().manual_seed(3))
+        (trajectory,) = result.trajectories
+        _, oracle = oracle_commands(env, task, 40)
+        assert trajectory.success and [s.command for s in trajectory.steps if s.imitate] == oracle
+        steps, nodes = trajectory.steps, result.tree.path(result.tree.nodes[-1])
+        for i, step in enumerate(steps):
+            if step.imitate:
+                continue
+            # A repeat wherever one is possible: after a command that is valid again and not the correction.
+            before = steps[i - 1].command if i else None
+            repeatable = before in nodes[i].history.valid_actions and before != steps[i + 1].command
+            assert (step.command == steps[i - 1].command) == repeatable, (task, i)
+            repeats += repeatable
+    if env.spec.id.endswith("TextCraft-v0"):
+        assert repeats >= 2
+
+
 @pytest.mark.parametrize(
     "template, message",
     [("{command}", "COMMAND: {command}"), ("COMMAND: {command} {why}", "format string"), ("COMMAND: {}", "format")],

@@ -22,6 +22,8 @@ The mistake stays in the history the next steps see (their prompts show it and
 the env's answer); its step is marked ``imitate=False``, so no objective trains
 on it, and the oracle's next command becomes the correction. Measured on
 TextCraft at 0.3: the 135M clone still loops (experiments/textcraft_bc/NOTES.md).
+Its loops repeat one command, so ``mistake_repeat`` makes that share of the
+mistakes a repeat of the command before them, then the correction.
 """
 
 from __future__ import annotations
@@ -53,6 +55,9 @@ class ScriptedDemonstration:
             ``{status}`` CONTINUE, or SUCCESS / FAILURE at the episode's last step.
         mistake_rate: the probability of a planted mistake before each oracle command
             (0: the oracle's episode as it is).
+        mistake_repeat: the probability that a planted mistake repeats the command before
+            it (if that command is valid there and not the oracle's next one) rather than
+            another valid action.
     """
 
     critic_kind: ClassVar[None] = None
@@ -63,12 +68,15 @@ class ScriptedDemonstration:
     dense_reward: bool = False
     template: str = "COMMAND: {command}"
     mistake_rate: float = 0.0
+    mistake_repeat: float = 0.0
 
     def __post_init__(self) -> None:
         if self.max_depth < 1:
             raise ValueError(f"search.max_depth must be >= 1, got {self.max_depth}")
         if not 0.0 <= self.mistake_rate < 1.0:
             raise ValueError(f"search.mistake_rate must be in [0, 1), got {self.mistake_rate}")
+        if not 0.0 <= self.mistake_repeat <= 1.0:
+            raise ValueError(f"search.mistake_repeat must be in [0, 1], got {self.mistake_repeat}")
         try:
             text = self.template.format(command="click[x]", status="CONTINUE")
         except (KeyError, IndexError, ValueError) as e:
@@ -124,11 +132,16 @@ class ScriptedDemonstration:
             if float(torch.rand((), generator=generator)) < self.mistake_rate:
                 valid = _replay(env, task_id, commands)[1]
                 others = [a for a in valid if a != command]
-                for j in torch.randperm(len(others), generator=generator)[:MISTAKE_TRIES].tolist():
-                    trial = [*commands, others[j], *oracle[i:]]
+                tries = [others[j] for j in torch.randperm(len(others), generator=generator)[:MISTAKE_TRIES].tolist()]
+                # Drawn only when asked for, so mistake_repeat=0 keeps the earlier demonstrations' draws.
+                if self.mistake_repeat > 0 and float(torch.rand((), generator=generator)) < self.mistake_repeat:
+                    if commands and commands[-1] in others:
+                        tries = [commands[-1]]
+                for mistake in tries:
+                    trial = [*commands, mistake, *oracle[i:]]
                     if len(trial) <= self.max_depth and _replay(env, task_id, trial)[0]:
                         mistakes.add(len(commands))
-                        commands.append(others[j])
+                        commands.append(mistake)
                         break
             commands.append(command)
         return commands, mistakes
