@@ -145,6 +145,8 @@ def test_craftable_now_lists_exactly_the_crafts_that_would_succeed() -> None:
     assert listed_total > 20
     # Off by default: ADaPT's text is unchanged.
     assert "Craftable now" not in TextCraftEnv().reset(options={"task_id": 5})[0]
+    with pytest.raises(ValueError, match="show_craftable"):
+        TextCraftEnv(show_craftable="false")
 
 
 def test_observation_is_deterministic_for_a_task_id(env: TextCraftEnv) -> None:

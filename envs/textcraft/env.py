@@ -153,6 +153,8 @@ class TextCraftEnv(gym.Env[str, str]):
         self.max_steps = max_steps
         self.split_test_size = split_test_size
         self.split_dev_size = split_dev_size
+        if not isinstance(show_craftable, bool):  # "false" from a config would read as true
+            raise ValueError(f"show_craftable must be true or false, got {show_craftable!r}")
         self.show_craftable = show_craftable
         # Craft command -> its ingredients; the crafting tree is fixed, so it holds across tasks.
         self._inputs: dict[str, tuple[tuple[str | None, int], ...]] = {}
