@@ -57,7 +57,8 @@ class ScriptedDemonstration:
             (0: the oracle's episode as it is).
         mistake_repeat: the probability that a planted mistake repeats the command before
             it (if that command is valid there and not the oracle's next one) rather than
-            another valid action.
+            another valid action; a repeat after which the oracle's commands fail plants
+            nothing there.
     """
 
     critic_kind: ClassVar[None] = None
@@ -125,24 +126,29 @@ class ScriptedDemonstration:
         """The oracle's commands with mistakes planted before some of them, and the
         mistakes' positions. A mistake is another of the env's valid actions at that
         point, kept only if the oracle's remaining commands still succeed after it
-        within ``max_depth``; after :data:`MISTAKE_TRIES` refused actions none is planted."""
+        within ``max_depth``; after :data:`MISTAKE_TRIES` refused actions none is planted.
+        A repeat is the only try when chosen: if the oracle's commands fail after it,
+        that position gets no mistake."""
         commands: list[str] = []
         mistakes: set[int] = set()
         for i, command in enumerate(oracle):
-            if float(torch.rand((), generator=generator)) < self.mistake_rate:
-                valid = _replay(env, task_id, commands)[1]
-                others = [a for a in valid if a != command]
-                tries = [others[j] for j in torch.randperm(len(others), generator=generator)[:MISTAKE_TRIES].tolist()]
-                # Drawn only when asked for, so mistake_repeat=0 keeps the earlier demonstrations' draws.
-                if self.mistake_repeat > 0 and float(torch.rand((), generator=generator)) < self.mistake_repeat:
-                    if commands and commands[-1] in others:
-                        tries = [commands[-1]]
-                for mistake in tries:
-                    trial = [*commands, mistake, *oracle[i:]]
-                    if len(trial) <= self.max_depth and _replay(env, task_id, trial)[0]:
-                        mistakes.add(len(commands))
-                        commands.append(mistake)
-                        break
+            if float(torch.rand((), generator=generator)) >= self.mistake_rate:
+                commands.append(command)
+                continue
+            others = [a for a in _replay(env, task_id, commands)[1] if a != command]
+            # The random order is drawn even when a repeat replaces it, and the repeat's coin only
+            # when mistake_repeat > 0: saved runs' demonstrations keep their draws.
+            order = torch.randperm(len(others), generator=generator)[:MISTAKE_TRIES].tolist()
+            tries = [others[j] for j in order]
+            repeat = self.mistake_repeat > 0 and float(torch.rand((), generator=generator)) < self.mistake_repeat
+            if repeat and commands and commands[-1] in others:
+                tries = [commands[-1]]
+            for mistake in tries:
+                trial = [*commands, mistake, *oracle[i:]]
+                if len(trial) <= self.max_depth and _replay(env, task_id, trial)[0]:
+                    mistakes.add(len(commands))
+                    commands.append(mistake)
+                    break
             commands.append(command)
         return commands, mistakes
 

@@ -35,6 +35,7 @@ from omegaconf import OmegaConf
 from agentq import components
 from agentq.agent.episode import start
 from agentq.layout import RunLayout
+from agentq.models.stacking import adapter_chain
 from envs.demonstrations import oracle_commands
 
 CRAFT = re.compile(r"^craft \d+ (.+?) using ")
@@ -72,9 +73,7 @@ def proposals(run: Path, task_ids: list | None) -> list[dict]:
     cfg = OmegaConf.load(RunLayout(run).config)
     trained = RunLayout(run).adapters(int(cfg.iterations))
     if trained:  # a training run's clone: the config's base with the adapters the run trained
-        base = cfg.model.adapter
-        base = [] if base is None else [base] if isinstance(base, str) else list(base)
-        cfg.model.adapter = [*base, *map(str, trained)]
+        cfg.model.adapter = [str(adapter) for adapter in [*adapter_chain(cfg.model.adapter), *trained]]
     parts = components.build(cfg)
     model, tokenizer = parts.model.load()
     policy = parts.policy(model, tokenizer, engine=parts.engine(model, tokenizer))
