@@ -13,6 +13,7 @@ import json
 import re
 import sys
 from collections import Counter
+from itertools import groupby
 from pathlib import Path
 
 from hydra.utils import instantiate
@@ -21,7 +22,7 @@ from omegaconf import OmegaConf
 from agentq.layout import RunLayout
 from envs.demonstrations import oracle_commands
 
-LOOP = 10  # a path that plays one command this many times loops
+LOOP = 10  # a command repeated this many times in a row is a loop (as experiments/textcraft_bc/loops.py)
 _ITEM = re.compile(r"(craft|get) \d+ (.+?)(?: using .*)?")
 
 
@@ -36,7 +37,7 @@ def main(run: Path) -> None:
     cfg = OmegaConf.load(layout.config)
     env = instantiate(cfg.env.make)
     on_plan = {"craft": Counter(), "get": Counter()}
-    paths = successes = loops = steps = failed = 0
+    paths = successes = loops = cycles = steps = failed = 0
     for path in sorted(layout.collect(1).glob("task_*.json")):
         task_id = int(path.stem.removeprefix("task_"))
         _, oracle = oracle_commands(env, task_id, cfg.eval.max_steps)
@@ -49,7 +50,9 @@ def main(run: Path) -> None:
             )
             paths += 1
             successes += bool(trajectory["success"])
-            loops += max(Counter(commands).values(), default=0) >= LOOP
+            loops += max((len(list(run)) for _, run in groupby(commands)), default=0) >= LOOP
+            # A cycle plays one command that often in all, e.g. get, craft, craft, get, craft, ...
+            cycles += max(Counter(commands).values(), default=0) >= LOOP
             steps += len(commands)
             failed += sum(
                 s["observation"].split("Last result: ")[-1].startswith("Could not")
@@ -58,7 +61,8 @@ def main(run: Path) -> None:
             for kind, name in filter(None, map(item, commands)):
                 on_plan[kind][name in plan] += 1
         print(f"task {task_id} (depth {env.unwrapped.depths[task_id]}): {', '.join(outcomes)}")
-    print(f"{successes} of {paths} paths succeeded; {loops} repeat one command {LOOP}+ times; "
+    print(f"{successes} of {paths} paths succeeded; {loops} repeat one command {LOOP}+ times in a row, "
+          f"{cycles} play one command {LOOP}+ times in all; "
           f"{failed} of {steps} steps got 'Could not' back")  # fmt: skip
     for kind, counts in on_plan.items():
         print(f"{kind}: {counts[True]} of {counts.total()} name an item on the oracle's plan")
