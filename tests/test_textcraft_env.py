@@ -18,7 +18,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 from envs import OracleResult
-from envs.textcraft import ENV_ID, TextCraftEnv, game
+from envs.textcraft import ENV_ID, TextCraftEnv, commands, game
 from envs.textcraft.oracle import play
 
 REPO = Path(__file__).resolve().parents[1]
@@ -246,6 +246,21 @@ def test_agentgym_test_ids_are_depth_bands_of_depth_1_goals() -> None:
     ids = [int(t["item_id"].removeprefix("textcraft_")) for t in json.loads(AGENT_R_TEST.read_text())]
     assert len(by_depth) == 544 and len(ids) == 100
     assert Counter(by_depth[i][1] for i in ids) == {1: 31, 2: 41, 3: 25, 4: 3}
+
+
+def test_commands_read_the_envs_own_text(env: TextCraftEnv) -> None:
+    _, info = env.reset(options={"task_id": 5})
+    actions = info["valid_actions"]
+    get = next(a for a in actions if a.startswith("get "))
+    craft = next(a for a in actions if a.startswith("craft "))
+    assert commands.item(get) == ("get", get.split(" ", 2)[2])
+    assert commands.item(craft) == ("craft", craft.split(" ", 2)[2].split(" using ")[0])
+    assert commands.item("inventory") is None and commands.item("craft 1 stick") is None
+    refused, *_ = env.step("craft 1 nothing using 1 nothing")
+    played, *_ = env.step(get)
+    assert commands.failed(refused) and not commands.failed(played)
+    assert commands.longest_run(["a", "b", "b", "a", "b"]) == 2 and commands.most_played(["a", "b", "b", "a", "b"]) == 3
+    assert commands.longest_run([]) == commands.most_played([]) == 0
 
 
 @pytest.mark.parametrize(

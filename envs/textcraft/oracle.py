@@ -19,9 +19,8 @@ import re
 import gymnasium as gym
 
 from envs import OracleResult
+from envs.textcraft.commands import CRAFT, GET
 
-_GET = re.compile(r"get (\d+) (.+)")
-_CRAFT = re.compile(r"craft (\d+) (.+?) using (.+)")
 _GOAL = re.compile(r"Goal: craft (.+)\.")
 
 
@@ -43,9 +42,9 @@ class Oracle:
         self.gets: dict[str, str] = {}
         self.crafts: dict[str, list[tuple[str, dict[str, int]]]] = {}
         for action in actions:
-            if get := _GET.fullmatch(action):
+            if get := GET.fullmatch(action):
                 self.gets.setdefault(_item_id(get.group(2)), action)
-            elif craft := _CRAFT.fullmatch(action):
+            elif craft := CRAFT.fullmatch(action):
                 inputs = {}
                 for part in craft.group(3).split(", "):
                     count, name = part.split(" ", 1)

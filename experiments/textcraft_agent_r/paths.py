@@ -10,10 +10,8 @@ iteration's search results; nothing is sampled.
 from __future__ import annotations
 
 import json
-import re
 import sys
 from collections import Counter
-from itertools import groupby
 from pathlib import Path
 
 from hydra.utils import instantiate
@@ -21,15 +19,7 @@ from omegaconf import OmegaConf
 
 from agentq.layout import RunLayout
 from envs.demonstrations import oracle_commands
-
-LOOP = 10  # a command repeated this many times in a row is a loop (as experiments/textcraft_bc/loops.py)
-_ITEM = re.compile(r"(craft|get) \d+ (.+?)(?: using .*)?")
-
-
-def item(command: str) -> tuple[str, str] | None:
-    """("craft" or "get", the item) of a command, or None for any other command."""
-    match = _ITEM.fullmatch(command)
-    return None if match is None else (match.group(1), match.group(2))
+from envs.textcraft.commands import LOOP, failed, item, longest_run, most_played
 
 
 def main(run: Path) -> None:
@@ -37,11 +27,11 @@ def main(run: Path) -> None:
     cfg = OmegaConf.load(layout.config)
     env = instantiate(cfg.env.make)
     on_plan = {"craft": Counter(), "get": Counter()}
-    paths = successes = loops = cycles = steps = failed = 0
+    paths = successes = loops = cycles = steps = refused = 0
     for path in sorted(layout.collect(1).glob("task_*.json")):
         task_id = int(path.stem.removeprefix("task_"))
         _, oracle = oracle_commands(env, task_id, cfg.eval.max_steps)
-        plan = {item(c)[1] for c in oracle if item(c)}
+        plan = {named[1] for named in map(item, oracle) if named}
         outcomes = []
         for trajectory in json.loads(path.read_text())["trajectories"]:
             commands = [step["command"] for step in trajectory["steps"]]
@@ -50,20 +40,16 @@ def main(run: Path) -> None:
             )
             paths += 1
             successes += bool(trajectory["success"])
-            loops += max((len(list(run)) for _, run in groupby(commands)), default=0) >= LOOP
-            # A cycle plays one command that often in all, e.g. get, craft, craft, get, craft, ...
-            cycles += max(Counter(commands).values(), default=0) >= LOOP
+            loops += longest_run(commands) >= LOOP
+            cycles += most_played(commands) >= LOOP
             steps += len(commands)
-            failed += sum(
-                s["observation"].split("Last result: ")[-1].startswith("Could not")
-                for s in trajectory["steps"]
-            )
+            refused += sum(failed(step["observation"]) for step in trajectory["steps"])
             for kind, name in filter(None, map(item, commands)):
                 on_plan[kind][name in plan] += 1
         print(f"task {task_id} (depth {env.unwrapped.depths[task_id]}): {', '.join(outcomes)}")
     print(f"{successes} of {paths} paths succeeded; {loops} repeat one command {LOOP}+ times in a row, "
           f"{cycles} play one command {LOOP}+ times in all; "
-          f"{failed} of {steps} steps got 'Could not' back")  # fmt: skip
+          f"{refused} of {steps} steps got 'Could not' back")  # fmt: skip
     for kind, counts in on_plan.items():
         print(f"{kind}: {counts[True]} of {counts.total()} name an item on the oracle's plan")
 

@@ -11,22 +11,17 @@ from __future__ import annotations
 
 import json
 import sys
-from itertools import groupby
 from pathlib import Path
 
 from agentq.records.action import MISSING, REFUSED
-
-LOOP = 10  # a command repeated this many times in a row is a loop
+from envs.textcraft.commands import LOOP, failed, longest_run
 
 
 def summary(folder: Path) -> dict[str, float]:
     episodes = [json.loads(p.read_text())["trajectory"] for p in sorted(folder.glob("task_*.json"))]
     steps = [s for e in episodes for s in e["steps"]]
-    loops = [
-        e for e in episodes
-        if max((len(list(run)) for _, run in groupby(s["command"] for s in e["steps"])), default=0) >= LOOP
-    ]
-    refused = [s for s in steps if s["observation"].rsplit("\nLast result: ", 1)[-1].startswith("Could not")]
+    loops = [e for e in episodes if longest_run([s["command"] for s in e["steps"]]) >= LOOP]
+    refused = [s for s in steps if failed(s["observation"])]
     ungrounded = [s for s in steps if s.get("grounding") in (REFUSED, MISSING)]
     distinct = sorted(len({s["command"] for s in e["steps"]}) for e in episodes)
     return {

@@ -25,7 +25,6 @@ exact matches; and for each wrong craft, where its item stands in the oracle's p
 from __future__ import annotations
 
 import json
-import re
 import sys
 from collections import Counter
 from pathlib import Path
@@ -37,8 +36,7 @@ from agentq.agent.episode import start
 from agentq.layout import RunLayout
 from agentq.models.stacking import adapter_chain
 from envs.demonstrations import oracle_commands
-
-CRAFT = re.compile(r"^craft \d+ (.+?) using ")
+from envs.textcraft.commands import item
 
 
 def kind(command: str) -> str:
@@ -46,8 +44,8 @@ def kind(command: str) -> str:
 
 
 def crafted_item(command: str) -> str | None:
-    match = CRAFT.match(command or "")
-    return match.group(1) if match else None
+    named = item(command or "")
+    return named[1] if named and named[0] == "craft" else None
 
 
 def wrong_craft(row: dict, crafts: list[str | None]) -> str | None:
@@ -55,15 +53,15 @@ def wrong_craft(row: dict, crafts: list[str | None]) -> str | None:
     item each oracle step crafts, None for a get): the item the oracle crafts now (another
     count or recipe), one it crafts later (ahead of its ingredients), one it crafted earlier
     (a repeat), or none of them (outside the goal's recipe tree)."""
-    item = crafted_item(row["clone"])
-    if row["match"] or item is None:
+    crafted = crafted_item(row["clone"])
+    if row["match"] or crafted is None:
         return None
     t = row["step"]
-    if item == crafts[t]:
+    if crafted == crafts[t]:
         return "same item"
-    if item in crafts[t + 1 :]:
+    if crafted in crafts[t + 1 :]:
         return "ahead"
-    if item in crafts[:t]:
+    if crafted in crafts[:t]:
         return "repeat"
     return "outside"
 
