@@ -18,6 +18,8 @@ import io
 import sys
 from pathlib import Path
 
+from omegaconf import OmegaConf
+
 from agentq.compare import (
     bootstrap_interval,
     cost_per_success,
@@ -26,10 +28,10 @@ from agentq.compare import (
     oracle_table_row,
 )
 from agentq.intervals import mcnemar_exact
+from agentq.layout import RunLayout
 from agentq.modes import COMMITTED, HOW_PICKED, VERIFIER, ZERO_SHOT
 
 STUDY = Path(__file__).parent
-MAX_STEPS = 15  # the study's eval.max_steps
 LABELS = {
     ZERO_SHOT: "base (the clone), zero-shot",
     COMMITTED: f"base + MCTS ({HOW_PICKED[COMMITTED]})",
@@ -61,6 +63,7 @@ def against(mode: dict, greedy: dict) -> dict:
 
 
 def rows(run: Path) -> list[dict]:
+    max_steps = OmegaConf.load(RunLayout(run).config).eval.max_steps
     greedy = by_goal(run, ZERO_SHOT)
     found = []
     for mode, label in LABELS.items():
@@ -79,7 +82,7 @@ def rows(run: Path) -> list[dict]:
                 for k in ("tokens_per_success", "steps_per_success", "seconds_per_success")
             ),
             "out of steps, no purchase": sum(
-                len(e["trajectory"]["steps"]) >= MAX_STEPS and e["trajectory"]["score"] == 0 for e in episodes.values()
+                len(e["trajectory"]["steps"]) >= max_steps and e["trajectory"]["score"] == 0 for e in episodes.values()
             ),
             "won / lost vs zero-shot (McNemar p)": "-",
             "reward vs zero-shot [paired 95%]": "-",
