@@ -42,7 +42,7 @@ from agentq.console import StdoutHandler, quiet_libraries
 from agentq.data.buffer import ReplayBuffer
 from agentq.data.diagnostics import SFT_SOURCES
 from agentq.evaluate import aggregate, milestone_shares
-from agentq.intervals import wilson_interval
+from agentq.intervals import mcnemar_exact, wilson_interval
 from agentq.layout import TASK_GLOB, RunLayout
 from agentq.modes import COMMITTED, HOW_PICKED, RECOVERY, VERIFIER, ZERO_SHOT, seconds_per_success
 from agentq.records.tree import SearchStats
@@ -269,6 +269,44 @@ def episode_metrics(episodes: list[dict]) -> dict:
     } | milestone_shares(e["trajectory"].get("milestone") for e in episodes)
 
 
+def by_goal(run_dir: Path, index: int, mode: str) -> dict:
+    """Iteration ``index``'s evaluation episodes of ``mode`` by goal (task id -> trajectory); empty if none."""
+    return {e["trajectory"]["task_id"]: e["trajectory"] for e in episodes_at(run_dir, index, mode) or []}
+
+
+def commands(trajectory: dict) -> list[str]:
+    return [step["command"] for step in trajectory["steps"]]
+
+
+def paired(policy: dict, base: dict) -> dict:
+    """Two policies on the goals both played (task id -> trajectory, as ``by_goal``): the goals
+    only ``policy`` solved (won) and only ``base`` solved (lost) with the exact McNemar p, the
+    mean reward difference with its paired bootstrap 95% interval, and the episodes whose
+    commands equal the base's. Pairing removes the goals' own spread, which is most of it."""
+    goals = sorted(policy.keys() & base.keys())
+    if not goals:
+        raise ValueError("the two policies played no goal in common")
+    won = sum(policy[g]["success"] and not base[g]["success"] for g in goals)
+    lost = sum(base[g]["success"] and not policy[g]["success"] for g in goals)
+    diff = [policy[g]["score"] - base[g]["score"] for g in goals]
+    lo, hi = bootstrap_interval(diff)
+    return {
+        "goals": len(goals), "won": won, "lost": lost, "p": mcnemar_exact(won, lost),
+        "diff": sum(diff) / len(diff), "lo": lo, "hi": hi,
+        "identical": sum(commands(policy[g]) == commands(base[g]) for g in goals),
+    }  # fmt: skip
+
+
+def paired_cells(a: dict) -> tuple[str, str]:
+    """``paired``'s result as two table cells: won / lost (p), and the reward difference [95%]."""
+    return f"{a['won']} / {a['lost']} ({a['p']:.2f})", f"{a['diff']:+.3f} [{a['lo']:+.3f}, {a['hi']:+.3f}]"
+
+
+def out_of_steps(trajectories, max_steps: int) -> int:
+    """Episodes that used the whole step budget and earned nothing (never bought, booked, crafted)."""
+    return sum(len(t["steps"]) >= max_steps and t["score"] == 0 for t in trajectories)
+
+
 def cost_per_success(run_dir: Path, iteration: str, mode: str, episodes: list[dict]) -> dict[str, float | None]:
     """What the row spent on all its tasks over the ones it solved: policy tokens, env
     steps (the episodes' own) and wall seconds (the mode's evaluation phase); None
@@ -371,9 +409,14 @@ def to_markdown(rows: list[dict]) -> str:
 
 def _cells(r: dict) -> str:
     """A row's success and average reward with their intervals, as the table prints them."""
+    return " | ".join(metric_cells(r))
+
+
+def metric_cells(r: dict) -> tuple[str, str]:
+    """``episode_metrics``' success % and average reward, each with its 95% interval."""
     return (
-        f"{r['success_pct']:.1f} [{r['success_ci'][0]:.1f}, {r['success_ci'][1]:.1f}] "
-        f"| {r['avg_reward']:.3f} [{r['reward_ci'][0]:.3f}, {r['reward_ci'][1]:.3f}]"
+        f"{r['success_pct']:.1f} [{r['success_ci'][0]:.1f}, {r['success_ci'][1]:.1f}]",
+        f"{r['avg_reward']:.3f} [{r['reward_ci'][0]:.3f}, {r['reward_ci'][1]:.3f}]",
     )
 
 
@@ -445,6 +488,22 @@ def to_csv(rows: list[dict]) -> str:
             flat |= {"reward_lo": r["reward_ci"][0], "reward_hi": r["reward_ci"][1]}
         writer.writerow(flat)
     return buffer.getvalue()
+
+
+def write_rows(folder: Path, stem: str, rows: list[dict]) -> str:
+    """A study's own table (rows of cells, the first row's keys the columns) as ``<stem>.md`` and
+    ``<stem>.csv`` in ``folder``; a cell a row lacks is a dash. Returns the markdown."""
+    columns = list(rows[0])
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(str(r.get(c, NOT_EVALUATED)) for c in columns) + " |" for r in rows]
+    markdown = "\n".join(lines) + "\n"
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, columns, restval=NOT_EVALUATED, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    (folder / f"{stem}.md").write_text(markdown)
+    (folder / f"{stem}.csv").write_text(buffer.getvalue())
+    return markdown
 
 
 def write_table(out: Path, command: str, methods=METHODS) -> str:

@@ -139,6 +139,46 @@ def test_cost_per_success_and_where_the_data_came_from(tmp_path):
     assert "tokens_per_success" in (tmp_path / "table.csv").read_text().splitlines()[0]
 
 
+def _played(success, score, *commands):
+    return {"success": success, "score": score, "steps": [{"command": c} for c in commands]}
+
+
+def test_two_policies_are_compared_goal_by_goal_on_the_goals_both_played():
+    base = {0: _played(False, 0.5, "search[a]", "click[b]"), 1: _played(True, 1.0, "search[a]"),
+            2: _played(True, 1.0, "search[c]"), 3: _played(False, 0.0, "search[d]")}  # fmt: skip
+    policy = {0: _played(True, 1.0, "search[a]", "click[c]"), 1: _played(False, 0.25, "search[a]"),
+              2: _played(True, 1.0, "search[c]"), 9: _played(True, 1.0)}  # fmt: skip
+    a = compare.paired(policy, base)
+    # goal 3 (base only) and goal 9 (policy only) are left out
+    assert (a["goals"], a["won"], a["lost"], a["p"]) == (3, 1, 1, 1.0)
+    assert a["diff"] == pytest.approx((0.5 - 0.75 + 0.0) / 3)
+    assert a["lo"] <= a["diff"] <= a["hi"]
+    assert a["identical"] == 2  # goals 1 and 2 took the same commands (goal 1 to another score)
+    assert compare.paired_cells(a) == ("1 / 1 (1.00)", f"{a['diff']:+.3f} [{a['lo']:+.3f}, {a['hi']:+.3f}]")
+    worse = {g: _played(False, 0.0) for g in range(6)}
+    better = {g: _played(True, 1.0) for g in range(6)}
+    a = compare.paired(worse, better)
+    assert (a["won"], a["lost"], a["p"], a["diff"], a["lo"], a["hi"]) == (0, 6, 2 / 64, -1.0, -1.0, -1.0)
+    with pytest.raises(ValueError, match="no goal in common"):
+        compare.paired({0: better[0]}, {1: better[1]})
+
+
+def test_out_of_steps_counts_whole_budgets_that_earned_nothing():
+    played = [_played(False, 0.0, *["click[x]"] * 15), _played(False, 0.4, *["click[x]"] * 15),
+              _played(False, 0.0, "search[a]"), _played(True, 1.0, *["click[x]"] * 15)]  # fmt: skip
+    assert compare.out_of_steps(played, 15) == 1 and compare.out_of_steps(played, 16) == 0
+
+
+def test_a_studys_own_table_is_written_as_markdown_and_csv(tmp_path):
+    rows = [{"policy": "base", "success %": "24.0 [18.6, 30.4]", "vs base": "-"}, {"policy": "oracle, 15 steps"}]
+    markdown = compare.write_rows(tmp_path, "table_200", rows)
+    assert (tmp_path / "table_200.md").read_text() == markdown
+    assert markdown.splitlines() == ["| policy | success % | vs base |", "|---|---|---|",
+                                     "| base | 24.0 [18.6, 30.4] | - |", "| oracle, 15 steps | - | - |"]  # fmt: skip
+    assert (tmp_path / "table_200.csv").read_text().splitlines() == [
+        "policy,success %,vs base", 'base,"24.0 [18.6, 30.4]",-', '"oracle, 15 steps",-,-']
+
+
 def test_an_agent_r_study_is_anchored_on_the_agent_r_run(tmp_path):
     methods = {m.name: m for m in compare.METHODS}
     study = (methods["agent_r"], methods["agent_r_good"])
