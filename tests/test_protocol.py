@@ -155,3 +155,17 @@ def test_the_opentable_study_searches_as_deep_as_a_booking_needs(make_cfg, cache
     assert cfg.search.max_depth == cfg.eval.max_steps >= max(e["steps"] for e in row["episodes"])
     assert row["milestones"][-1] == "booked right"  # the names compare's "how far" table reads
     assert cfg.agent.sampling.constrain_command  # a COMMAND within the token budget (NOTES.md)
+
+
+def test_the_rft_study_samples_training_goals_and_is_evaluated_as_the_bases_200_goal_rows(make_cfg):
+    from omegaconf import OmegaConf
+
+    cfg = make_cfg("+experiment=webshop_base", "+study=webshop_clone_rft", "model.adapter=clone")
+    assert cfg.search._target_.endswith("BestOfN") and cfg.search.max_depth == cfg.eval.max_steps
+    assert cfg.pairs._target_.endswith("SuccessfulTrajectories") and cfg.objective._target_.endswith("SFTLoss")
+    assert cfg.collect.split == "train" and not cfg.eval.base  # the base's episodes are another run's
+    # Its row is paired goal by goal with the clone's 200-goal run: the same goals, budget and decoding.
+    base = OmegaConf.load(CONF.parent / "experiments/webshop_clone_search/config/test200.yaml")
+    for key in ("seed", "eval.split", "eval.num_tasks", "eval.max_steps", "env.make", "agent.prompt",
+                "agent.sampling.constrain_command", "agent.sampling.max_tail_tokens", "agent.sampling.max_new_tokens"):  # fmt: skip
+        assert OmegaConf.select(cfg, key) == OmegaConf.select(base, key), key
