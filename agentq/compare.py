@@ -282,7 +282,7 @@ def paired(policy: dict, base: dict) -> dict:
     """Two policies on the goals both played (task id -> trajectory, as ``by_goal``): the goals
     only ``policy`` solved (won) and only ``base`` solved (lost) with the exact McNemar p, the
     mean reward difference with its paired bootstrap 95% interval, and the episodes whose
-    commands equal the base's. Pairing removes the goals' own spread, which is most of it."""
+    commands equal the base's."""
     goals = sorted(policy.keys() & base.keys())
     if not goals:
         raise ValueError("the two policies played no goal in common")
