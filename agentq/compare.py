@@ -253,20 +253,30 @@ def episodes_at(run_dir: Path, index: int, mode: str) -> list[dict] | None:
     return [json.loads(p.read_text()) for p in files] or None
 
 
-def episode_metrics(episodes: list[dict]) -> dict:
-    """Success with its Wilson 95% interval, average reward with its bootstrap one, model calls per task."""
-    success = [bool(e["trajectory"]["success"]) for e in episodes]
-    reward = [float(e["trajectory"]["score"]) for e in episodes]
-    calls = [SearchStats.from_dict(e["stats"]).model_calls for e in episodes]
+def outcome_metrics(trajectories) -> dict:
+    """Success with its Wilson 95% interval and average reward with its bootstrap one, over
+    trajectories (or the oracle's episodes: anything with ``success`` and ``score``)."""
+    trajectories = list(trajectories)
+    success = [bool(t["success"]) for t in trajectories]
+    reward = [float(t["score"]) for t in trajectories]
     s_lo, s_hi = wilson_interval(sum(success), len(success))
     return {
-        "tasks": len(episodes),
+        "tasks": len(trajectories),
         "success_pct": 100 * sum(success) / len(success),
         "success_ci": (100 * s_lo, 100 * s_hi),
         "avg_reward": sum(reward) / len(reward),
         "reward_ci": bootstrap_interval(reward),
-        "model_calls": sum(calls) / len(calls),
-    } | milestone_shares(e["trajectory"].get("milestone") for e in episodes)
+    } | milestone_shares(t.get("milestone") for t in trajectories)
+
+
+def episode_metrics(episodes: list[dict]) -> dict:
+    """``outcome_metrics`` of the episodes' trajectories, and the model calls per task."""
+    return outcome_metrics(e["trajectory"] for e in episodes) | {"model_calls": model_calls(episodes)}
+
+
+def model_calls(episodes: list[dict]) -> float:
+    """Model calls per task: the search budget the episodes spent."""
+    return sum(SearchStats.from_dict(e["stats"]).model_calls for e in episodes) / len(episodes)
 
 
 def by_goal(run_dir: Path, index: int, mode: str) -> dict:
@@ -367,25 +377,14 @@ def oracle_table_row(run_dir: Path) -> dict:
     entry["milestone_names"] = oracle.get("milestones", [])
     if not episodes:
         return entry | {"tasks": 0}
-    success = [bool(e["success"]) for e in episodes]
-    reward = [float(e["score"]) for e in episodes]
-    s_lo, s_hi = wilson_interval(sum(success), len(success))
-    r_lo, r_hi = bootstrap_interval(reward)
-    return entry | {
-        "tasks": len(episodes),
-        "success_pct": 100 * sum(success) / len(success),
-        "success_ci": (100 * s_lo, 100 * s_hi),
-        "avg_reward": sum(reward) / len(reward),
-        "reward_ci": (r_lo, r_hi),
-        "model_calls": 0.0,
-    } | milestone_shares(e.get("milestone") for e in episodes)
+    return entry | outcome_metrics(episodes) | {"model_calls": 0.0}
 
 
 COSTS = ("tokens_per_success", "steps_per_success", "seconds_per_success")
 
 
-def _costs(row: dict) -> str:
-    """``tokens / steps / seconds`` per success, a dash for what is unknown."""
+def cost_cell(row: dict) -> str:
+    """``cost_per_success`` as one cell, ``tokens / steps / seconds``; a dash for what is unknown."""
     return " / ".join(NOT_EVALUATED if row.get(k) is None else f"{row[k]:.0f}" for k in COSTS)
 
 
@@ -401,7 +400,7 @@ def to_markdown(rows: list[dict]) -> str:
             lines.append(f"| {r['method']} | {dash} | {dash} | 0 | {dash} | {dash} | {r['examples']} | {r['source']} |")
             continue
         lines.append(
-            f"| {r['method']} | {_cells(r)} | {r['tasks']} | {r['model_calls']:.1f} | {_costs(r)} "
+            f"| {r['method']} | {_cells(r)} | {r['tasks']} | {r['model_calls']:.1f} | {cost_cell(r)} "
             f"| {r['examples']} | {r['source']} |"
         )
     return "\n".join(lines) + "\n"
@@ -504,6 +503,47 @@ def write_rows(folder: Path, stem: str, rows: list[dict]) -> str:
     (folder / f"{stem}.md").write_text(markdown)
     (folder / f"{stem}.csv").write_text(buffer.getvalue())
     return markdown
+
+
+OUT_OF_STEPS = "out of steps, no reward"
+AGAINST_BASE = ("won / lost vs base (McNemar p)", "reward vs base [paired 95%]", "identical to base")
+
+
+def study_row(label: str, policy: dict, max_steps: int, base: dict | None = None) -> dict:
+    """A policy's row of a study's own table (``write_rows``), from its trajectories by goal
+    (``by_goal``): success and average reward with their 95% intervals, the episodes that used
+    every step and earned nothing, and against ``base`` on the same goals ``paired``'s won / lost,
+    reward difference and identical episodes (dashes for the base itself, or with no base)."""
+    success, reward = metric_cells(outcome_metrics(policy.values()))
+    row = {"row": label, "goals": len(policy), "success %": success, "avg reward": reward}
+    row[OUT_OF_STEPS] = out_of_steps(policy.values(), max_steps)
+    if base is None or policy is base:
+        return row | dict.fromkeys(AGAINST_BASE, NOT_EVALUATED)
+    a = paired(policy, base)
+    return row | dict(zip(AGAINST_BASE, (*paired_cells(a), a["identical"]), strict=True))
+
+
+def evaluated_row(label: str, run_dir: Path, iteration: str, mode: str, base: dict | None = None) -> dict:
+    """``study_row`` of a run's evaluation episodes (``iteration``: "base" or "last") in the
+    run's step budget, with the model calls per goal and the cost per success."""
+    episodes = read_episodes(run_dir, iteration, mode)
+    if episodes is None:
+        raise FileNotFoundError(f"{run_dir}: no {mode} episodes at its {iteration} iteration")
+    max_steps = int(OmegaConf.load(RunLayout(run_dir).config).eval.max_steps)
+    policy = {e["trajectory"]["task_id"]: e["trajectory"] for e in episodes}
+    return study_row(label, policy, max_steps, base) | {
+        "model calls / goal": f"{model_calls(episodes):.1f}",
+        "per success: tokens / env steps / wall s": cost_cell(cost_per_success(run_dir, iteration, mode, episodes)),
+    }
+
+
+def oracle_study_row(run_dir: Path) -> dict:
+    """The scripted oracle's row of a study's own table: on the run's goals and step budget."""
+    oracle = oracle_table_row(run_dir)
+    if not oracle["tasks"]:
+        return {"row": oracle["method"], "goals": 0}
+    success = metric_cells(oracle)[0]
+    return {"row": oracle["method"], "goals": oracle["tasks"], "success %": success, "avg reward": f"{oracle['avg_reward']:.3f}"}
 
 
 def write_table(out: Path, command: str, methods=METHODS) -> str:

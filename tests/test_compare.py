@@ -179,6 +179,40 @@ def test_a_studys_own_table_is_written_as_markdown_and_csv(tmp_path):
         "policy,success %,vs base", 'base,"24.0 [18.6, 30.4]",-', '"oracle, 15 steps",-,-']
 
 
+def test_a_studys_rows_carry_the_intervals_the_budget_and_the_paired_comparison(tmp_path):
+    run_dir = tmp_path / "base"
+    (run_dir / "iter_000").mkdir(parents=True)
+    (run_dir / "config.yaml").write_text("iterations: 0\neval:\n  max_steps: 2\n")
+    folder = run_dir / "iter_000" / "eval" / "zero_shot"
+    for task, (success, score, calls) in enumerate([(True, 1.0, 1), (False, 0.0, 2), (False, 0.5, 3)]):
+        _episode(folder, task, success, score, calls)
+    (folder / "task_1.json").write_text(
+        (folder / "task_1.json").read_text().replace('"steps": []', '"steps": [{"command": "x"}, {"command": "x"}]')
+    )  # goal 1 used both steps and bought nothing
+    (run_dir / "iter_000" / "seconds.json").write_text(json.dumps({"eval_zero_shot": 30.0}))
+    base = compare.by_goal(run_dir, 0, "zero_shot")
+    row = compare.evaluated_row("base", run_dir, "base", "zero_shot")
+    lo, hi = (100 * x for x in compare.wilson_interval(1, 3))
+    assert row["row"] == "base" and row["goals"] == 3 and row["success %"] == f"33.3 [{lo:.1f}, {hi:.1f}]"
+    assert row["avg reward"].startswith("0.500 [") and row[compare.OUT_OF_STEPS] == 1
+    assert row["model calls / goal"] == "2.0" and row["per success: tokens / env steps / wall s"] == "- / 2 / 30"
+    assert [row[k] for k in compare.AGAINST_BASE] == ["-", "-", "-"]
+    policy = {0: base[0], 1: _played(True, 1.0, "y"), 2: _played(False, 0.25, "z")}
+    against = compare.study_row("policy", policy, 2, base)
+    assert [against[k] for k in compare.AGAINST_BASE[:1] + compare.AGAINST_BASE[2:]] == ["1 / 0 (1.00)", 1]
+    assert against[compare.AGAINST_BASE[1]].startswith(f"{(1.0 - 0.25) / 3:+.3f} [")
+    assert compare.study_row("base", base, 2, base)[compare.AGAINST_BASE[0]] == "-"  # the base against itself
+    with pytest.raises(FileNotFoundError, match="no committed episodes"):
+        compare.evaluated_row("base + MCTS", run_dir, "base", "committed")
+    assert compare.oracle_study_row(run_dir) == {"row": "scripted oracle", "goals": 0}  # no oracle.json
+    oracle = {"split": "test", "max_steps": 2, "episodes": [{"task_id": t, "success": True, "score": 1.0} for t in range(3)]}
+    (run_dir / "oracle.json").write_text(json.dumps(oracle))
+    lo, hi = (100 * x for x in compare.wilson_interval(3, 3))
+    assert compare.oracle_study_row(run_dir) == {
+        "row": "scripted oracle (test, 2 steps)", "goals": 3, "success %": f"100.0 [{lo:.1f}, {hi:.1f}]", "avg reward": "1.000"
+    }  # fmt: skip
+
+
 def test_an_agent_r_study_is_anchored_on_the_agent_r_run(tmp_path):
     methods = {m.name: m for m in compare.METHODS}
     study = (methods["agent_r"], methods["agent_r_good"])

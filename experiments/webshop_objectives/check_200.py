@@ -16,17 +16,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from agentq.compare import (
-    by_goal,
-    commands,
-    episode_metrics,
-    metric_cells,
-    oracle_table_row,
-    out_of_steps,
-    paired,
-    paired_cells,
-    write_rows,
-)
+from agentq.compare import by_goal, commands, oracle_study_row, study_row, write_rows
 from agentq.modes import ZERO_SHOT
 
 STUDY = Path(__file__).parent
@@ -49,27 +39,6 @@ def reproduced(name: str, fresh: dict[int, dict]) -> bool:
     return all(same)
 
 
-def row(label: str, trained: str, policy: dict[int, dict], base: dict[int, dict]) -> dict:
-    success, reward = metric_cells(episode_metrics([{"trajectory": t, "stats": {}} for t in policy.values()]))
-    entry = {"policy": label, "trained on": trained, "goals": len(policy), "success %": success,
-             "avg reward": reward, "out of steps, no purchase": out_of_steps(policy.values(), MAX_STEPS)}  # fmt: skip
-    if policy is base:
-        return entry | {"won / lost vs base (McNemar p)": "-", "reward vs base [paired 95%]": "-", "identical to base": "-"}
-    a = paired(policy, base)
-    won_lost, difference = paired_cells(a)
-    return entry | {
-        "won / lost vs base (McNemar p)": won_lost,
-        "reward vs base [paired 95%]": difference,
-        "identical to base": a["identical"],
-    }
-
-
-def oracle_row(run_dir: Path) -> dict:
-    oracle = oracle_table_row(run_dir)
-    return {"policy": oracle["method"], "trained on": "-", "goals": oracle["tasks"],
-            "success %": metric_cells(oracle)[0], "avg reward": f"{oracle['avg_reward']:.3f}"}  # fmt: skip
-
-
 def main() -> None:
     runs = {name: by_goal(STUDY / "runs" / "test200" / name, 0, ZERO_SHOT) for name in ROWS}
     runs = {name: found for name, found in runs.items() if len(found) == 200}
@@ -77,8 +46,11 @@ def main() -> None:
         sys.exit("the base's 200 episodes are missing: run evaluate_200.sh first")
     if not all([reproduced(name, fresh) for name, fresh in runs.items()]):
         sys.exit("a policy did not reproduce its 50-goal episodes: no table")
-    rows = [row(*ROWS[name][:2], runs[name], runs["base"]) for name in runs]
-    rows.append(oracle_row(STUDY / "runs" / "test200" / "base"))
+    rows = []
+    for name, policy in runs.items():
+        label, trained = ROWS[name][:2]
+        rows.append({"row": label, "trained on": trained} | study_row(label, policy, MAX_STEPS, runs["base"]))
+    rows.append(oracle_study_row(STUDY / "runs" / "test200" / "base"))
     print(write_rows(STUDY, "table_200", rows))
 
 
