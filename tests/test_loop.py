@@ -104,6 +104,26 @@ def test_multirun_sweep_writes_one_summary_per_job(tmp_path):
     assert combos == {(0.1, 2), (0.1, 3), (0.3, 2), (0.3, 3)}
 
 
+def test_training_runs_with_no_engine_thread_alive_and_the_engine_serves_again_after(make_cfg, monkeypatch):
+    # An idle decoding thread keeps its OpenMP team and slows training (benchmarks/bench_idle_thread.py).
+    import threading
+
+    import agentq.loop
+
+    alive_during_fit = []
+
+    def fit(*args, **kwargs):
+        alive_during_fit.extend(t.name for t in threading.enumerate() if "engine" in t.name)
+        return real_fit(*args, **kwargs)
+
+    real_fit = agentq.loop.fit
+    monkeypatch.setattr(agentq.loop, "fit", fit)
+    cfg = make_cfg("+experiment=smoke", "engine=hf_batched", "eval.base=false", "eval.search=false", "eval.num_tasks=1")
+    summary = run(cfg)
+    assert alive_during_fit == []
+    assert summary["iterations"][-1]["eval"]["zero_shot"]["num_tasks"] == 1  # decoded after training
+
+
 def test_wandb_offline_run_is_written_and_finished(make_cfg, monkeypatch):
     import wandb
 

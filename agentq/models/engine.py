@@ -68,7 +68,7 @@ class Engine(Protocol):
 
     def run(self, fn: Callable[[], Any]) -> Any: ...  # fn() where it cannot fight the engine's compute
 
-    def close(self) -> None: ...
+    def close(self) -> None: ...  # end the engine's threads; serve() or the next request starts them again
 
 
 class HFEngine:

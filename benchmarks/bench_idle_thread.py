@@ -1,0 +1,126 @@
+"""Training steps while another thread of the process holds an OpenMP team.
+
+torch's CPU wheels run their parallel regions on GNU OpenMP (libgomp), which gives
+every thread that starts one a team of its own, alive as long as that thread is.
+When a process holds more OpenMP threads than the machine has cores, libgomp cuts
+how long its idle workers spin before they sleep, so every parallel region of the
+busy thread waits on a futex wake-up. The loop's decoding thread
+(``engine=hf_batched``) is such a thread: it keeps its team while idle, and the
+training phase that follows collection ran 1.4-1.8x slower than the same training
+in a fresh process (docs/results.md). ``agentq.loop.improve`` therefore closes the
+engine before it trains.
+
+Measured here, interleaved within each repeat (medians reported): a training step
+(forward and backward of ``--tokens`` tokens, bf16 autocast where the CPU has
+native bf16, as ``trainer.lightning.precision=auto`` chooses) in the main thread
+
+- alone (no other thread has run torch),
+- while an idle thread that ran one forward (the engine between requests) is alive,
+- after that thread has been joined (what closing the engine does).
+
+    python -m benchmarks.bench_idle_thread                # embedded SmolLM2-135M
+    python -m benchmarks.bench_idle_thread --model tiny   # random tiny model: a smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from benchmarks.common import add_model_argument, cli, load_model
+
+STATES = ("alone", "idle thread alive", "idle thread joined")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_model_argument(parser)
+    parser.add_argument("--tokens", type=int, default=256, help="tokens per training step")
+    parser.add_argument("--steps", type=int, default=5, help="timed steps per state and repeat")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    return parser.parse_args(argv)
+
+
+class IdleThread:
+    """A thread that ran one forward (so holds an OpenMP team), then waits to be joined."""
+
+    def __init__(self, model, ids: torch.Tensor) -> None:
+        self._release = threading.Event()
+        ran = threading.Event()
+
+        def body() -> None:
+            with torch.no_grad():
+                model(input_ids=ids)
+            ran.set()
+            self._release.wait()
+
+        self._thread = threading.Thread(target=body, name="idle engine", daemon=True)
+        self._thread.start()
+        ran.wait()
+
+    def join(self) -> None:
+        self._release.set()
+        self._thread.join()
+
+
+def run(args: argparse.Namespace) -> dict:
+    from agentq.models.loading import native_bf16
+
+    model, _ = load_model(args.model)
+    model.train()
+    ids = torch.randint(0, model.config.vocab_size, (1, args.tokens))
+    bf16 = native_bf16("cpu")
+
+    def step() -> None:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        model.zero_grad(set_to_none=True)
+
+    def timed() -> float:
+        started = time.perf_counter()
+        for _ in range(args.steps):
+            step()
+        return (time.perf_counter() - started) / args.steps
+
+    step()  # warm-up: the kernels' first call
+    seconds: dict[str, list[float]] = {state: [] for state in STATES}
+    for _ in range(args.repeats):
+        seconds["alone"].append(timed())
+        idle = IdleThread(model, ids)
+        seconds["idle thread alive"].append(timed())
+        idle.join()
+        seconds["idle thread joined"].append(timed())
+        # From the second repeat on, "alone" follows a joined thread too: the same state.
+    medians = {state: statistics.median(values) for state, values in seconds.items()}
+    return {
+        "model": args.model, "tokens": args.tokens, "bf16_autocast": bf16, "threads": torch.get_num_threads(),
+        "seconds_per_step": medians,
+        "alive_over_alone": medians["idle thread alive"] / medians["alone"],
+        "joined_over_alone": medians["idle thread joined"] / medians["alone"],
+    }  # fmt: skip
+
+
+def report(r: dict) -> str:
+    lines = [
+        f"training step, {r['tokens']} tokens, {r['model']}, bf16 autocast {r['bf16_autocast']}, "
+        f"{r['threads']} torch threads:"
+    ]
+    lines += [f"  {state:<20} {r['seconds_per_step'][state]:.3f} s" for state in STATES]
+    lines.append(f"  idle thread alive / alone: {r['alive_over_alone']:.2f}x; joined / alone: {r['joined_over_alone']:.2f}x")
+    return "\n".join(lines)
+
+
+def main() -> dict:
+    return cli(parse_args, run, report)
+
+
+if __name__ == "__main__":
+    main()
