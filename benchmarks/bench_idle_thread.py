@@ -12,13 +12,16 @@ engine before it trains.
 
 Measured here, interleaved within each repeat (medians reported): a training step
 (forward and backward of ``--tokens`` tokens, bf16 autocast where the CPU has
-native bf16, as ``trainer.lightning.precision=auto`` chooses) in the main thread
+native bf16, as ``trainer.lightning.precision=auto`` chooses), or with
+``--work decode`` a shared decode step (``--rows`` next tokens over a
+``--tokens``-long cache, fp32, as the engine decodes), in the main thread
 
 - alone (no other thread has run torch),
 - while an idle thread that ran one forward (the engine between requests) is alive,
 - after that thread has been joined (what closing the engine does).
 
     python -m benchmarks.bench_idle_thread                # embedded SmolLM2-135M
+    python -m benchmarks.bench_idle_thread --work decode --tokens 600 --steps 20 --repeats 5
     python -m benchmarks.bench_idle_thread --model tiny   # random tiny model: a smoke test
 """
 
@@ -41,7 +44,9 @@ STATES = ("alone", "idle thread alive", "idle thread joined")
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_model_argument(parser)
-    parser.add_argument("--tokens", type=int, default=256, help="tokens per training step")
+    parser.add_argument("--work", choices=("train", "decode"), default="train", help="what the busy thread does")
+    parser.add_argument("--tokens", type=int, default=256, help="tokens per training step; the cache's length when decoding")
+    parser.add_argument("--rows", type=int, default=8, help="rows of a decode step (concurrent searches)")
     parser.add_argument("--steps", type=int, default=5, help="timed steps per state and repeat")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
@@ -70,19 +75,42 @@ class IdleThread:
         self._thread.join()
 
 
-def run(args: argparse.Namespace) -> dict:
-    from agentq.models.loading import native_bf16
-
-    model, _ = load_model(args.model)
+def train_step(model, ids: torch.Tensor, bf16: bool):
+    """One training step on ``ids`` (forward and backward)."""
     model.train()
-    ids = torch.randint(0, model.config.vocab_size, (1, args.tokens))
-    bf16 = native_bf16("cpu")
 
     def step() -> None:
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
         model.zero_grad(set_to_none=True)
+
+    return step
+
+
+def decode_step(model, ids: torch.Tensor, rows: int):
+    """One shared decode step: ``rows`` next tokens over a cache of ``ids`` (fp32, no grad),
+    the cache cut back after each so every step sees the same length."""
+    model.eval()
+    with torch.no_grad():
+        cache = model(input_ids=ids.expand(rows, -1), use_cache=True).past_key_values
+    next_ids = ids[:, -1:].expand(rows, -1)
+
+    @torch.no_grad()
+    def step() -> None:
+        model(input_ids=next_ids, past_key_values=cache, use_cache=True)
+        cache.crop(-1)
+
+    return step
+
+
+def run(args: argparse.Namespace) -> dict:
+    from agentq.models.loading import native_bf16
+
+    model, _ = load_model(args.model)
+    ids = torch.randint(0, model.config.vocab_size, (1, args.tokens))
+    bf16 = native_bf16("cpu") and args.work == "train"
+    step = train_step(model, ids, bf16) if args.work == "train" else decode_step(model, ids, args.rows)
 
     def timed() -> float:
         started = time.perf_counter()
@@ -101,7 +129,7 @@ def run(args: argparse.Namespace) -> dict:
         # From the second repeat on, "alone" follows a joined thread too: the same state.
     medians = {state: statistics.median(values) for state, values in seconds.items()}
     return {
-        "model": args.model, "tokens": args.tokens, "bf16_autocast": bf16, "threads": torch.get_num_threads(),
+        "model": args.model, "work": args.work, "rows": args.rows, "tokens": args.tokens, "bf16_autocast": bf16, "threads": torch.get_num_threads(),
         "seconds_per_step": medians,
         "alive_over_alone": medians["idle thread alive"] / medians["alone"],
         "joined_over_alone": medians["idle thread joined"] / medians["alone"],
@@ -110,10 +138,11 @@ def run(args: argparse.Namespace) -> dict:
 
 def report(r: dict) -> str:
     lines = [
-        f"training step, {r['tokens']} tokens, {r['model']}, bf16 autocast {r['bf16_autocast']}, "
+        (f"training step, {r['tokens']} tokens" if r["work"] == "train" else f"decode step, {r['rows']} rows, {r['tokens']}-token cache")
+        + f", {r['model']}, bf16 autocast {r['bf16_autocast']}, "
         f"{r['threads']} torch threads:"
     ]
-    lines += [f"  {state:<20} {r['seconds_per_step'][state]:.3f} s" for state in STATES]
+    lines += [f"  {state:<20} {r['seconds_per_step'][state]:.4f} s" for state in STATES]
     lines.append(f"  idle thread alive / alone: {r['alive_over_alone']:.2f}x; joined / alone: {r['joined_over_alone']:.2f}x")
     return "\n".join(lines)
 
