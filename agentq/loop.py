@@ -95,9 +95,9 @@ def improve(parts: Components, book: RunBook, weights: Weights, iteration: int, 
     if not examples:
         write_json(layout.train_metrics(iteration), {"loss": None, "skipped": "no training examples"})
         return model
-    # The engine's decoding thread keeps its OpenMP team while idle, and with more OpenMP
-    # threads than cores libgomp stops spin-waiting: training ran 1.2x slower beside it
-    # (benchmarks/bench_idle_thread.py). Closed, it starts again at the next request or serve().
+    # Training computes alone: beside another thread's OpenMP team it ran 1.2x slower
+    # (benchmarks/bench_idle_thread.py). The engine gives its team back when idle; closing it
+    # also ends its thread, which starts again at the next request or serve().
     weights.engine.close()
     with book.phase(iteration, "train"), phase(f"train (iter {iteration})", unit="examples", bar=False) as advance:
         peft_model, metrics = fit(

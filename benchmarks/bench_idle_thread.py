@@ -18,6 +18,9 @@ native bf16, as ``trainer.lightning.precision=auto`` chooses), or with
 
 - alone (no other thread has run torch),
 - while an idle thread that ran one forward (the engine between requests) is alive,
+- while such a thread is alive but has given its team back
+  (``agentq.models.openmp.release_openmp_team``, what a thread handing work to
+  the engine does),
 - after that thread has been joined (what closing the engine does).
 
     python -m benchmarks.bench_idle_thread                # embedded SmolLM2-135M
@@ -36,9 +39,10 @@ from pathlib import Path
 
 import torch
 
+from agentq.models.openmp import release_openmp_team
 from benchmarks.common import add_model_argument, cli, load_model
 
-STATES = ("alone", "idle thread alive", "idle thread joined")
+STATES = ("alone", "idle thread alive", "idle thread alive, team given back", "idle thread joined")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -54,21 +58,27 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 class IdleThread:
-    """A thread that ran one forward (so holds an OpenMP team), then waits to be joined."""
+    """A thread that ran one forward (so holds an OpenMP team; with ``give_back`` it then
+    ends the team), then waits to be joined."""
 
-    def __init__(self, model, ids: torch.Tensor) -> None:
+    def __init__(self, model, ids: torch.Tensor, give_back: bool = False) -> None:
         self._release = threading.Event()
         ran = threading.Event()
+        gave_back: list[bool] = []
 
         def body() -> None:
             with torch.no_grad():
                 model(input_ids=ids)
+            gave_back.append(give_back and release_openmp_team())
             ran.set()
             self._release.wait()
 
         self._thread = threading.Thread(target=body, name="idle engine", daemon=True)
         self._thread.start()
         ran.wait()
+        if give_back and not gave_back[0]:
+            self.join()
+            raise RuntimeError("torch does not run on libgomp here: no team to give back")
 
     def join(self) -> None:
         self._release.set()
@@ -125,6 +135,9 @@ def run(args: argparse.Namespace) -> dict:
         idle = IdleThread(model, ids)
         seconds["idle thread alive"].append(timed())
         idle.join()
+        idle = IdleThread(model, ids, give_back=True)
+        seconds["idle thread alive, team given back"].append(timed())
+        idle.join()
         seconds["idle thread joined"].append(timed())
         # From the second repeat on, "alone" follows a joined thread too: the same state.
     medians = {state: statistics.median(values) for state, values in seconds.items()}
@@ -132,6 +145,7 @@ def run(args: argparse.Namespace) -> dict:
         "model": args.model, "work": args.work, "rows": args.rows, "tokens": args.tokens, "bf16_autocast": bf16, "threads": torch.get_num_threads(),
         "seconds_per_step": medians,
         "alive_over_alone": medians["idle thread alive"] / medians["alone"],
+        "given_back_over_alone": medians["idle thread alive, team given back"] / medians["alone"],
         "joined_over_alone": medians["idle thread joined"] / medians["alone"],
     }  # fmt: skip
 
@@ -142,8 +156,11 @@ def report(r: dict) -> str:
         + f", {r['model']}, bf16 autocast {r['bf16_autocast']}, "
         f"{r['threads']} torch threads:"
     ]
-    lines += [f"  {state:<20} {r['seconds_per_step'][state]:.4f} s" for state in STATES]
-    lines.append(f"  idle thread alive / alone: {r['alive_over_alone']:.2f}x; joined / alone: {r['joined_over_alone']:.2f}x")
+    lines += [f"  {state:<35} {r['seconds_per_step'][state]:.4f} s" for state in STATES]
+    lines.append(
+        f"  over alone: idle thread alive {r['alive_over_alone']:.2f}x, team given back "
+        f"{r['given_back_over_alone']:.2f}x, joined {r['joined_over_alone']:.2f}x"
+    )
     return "\n".join(lines)
 
 

@@ -1,10 +1,12 @@
 """The HF engine with shared decode steps (``engine=hf_batched``): a shared step computes
 each request's own forward, a request's draws do not depend on the requests beside it
 (bitwise: every weight product has the same number of rows), it decodes what the
-sequential HF engine decodes, and what it cannot serve is refused."""
+sequential HF engine decodes, only its computing thread holds an OpenMP team, and what it
+cannot serve is refused."""
 
 import copy
 import threading
+import time
 
 import pytest
 import torch
@@ -15,8 +17,10 @@ from agentq.components import IncompatibleConfig, build
 from agentq.models import TinyRandomModel
 from agentq.models.batched_engine import BatchedHFEngine
 from agentq.models.engine import HFEngine, Serialized
+from agentq.models.openmp import release_openmp_team
 from agentq.models.ragged import check_supported, decode_step
 from tests.test_engines import RESULTS_PAGE, at_once, prompts, raw_logprob, serve_other_weights
+from tests.test_openmp import in_thread, needs_teams, os_threads, parallel_op, team_of_own
 
 
 @pytest.fixture(scope="module")
@@ -195,6 +199,51 @@ def test_serving_new_weights_changes_what_is_decoded(tiny):
     finally:
         engine.close()
     assert after != before and after[0].token_ids == expected.token_ids
+
+
+@needs_teams
+@pytest.mark.parametrize("handing", ["request", "serve"])
+def test_a_thread_handing_compute_to_the_engine_gives_back_its_openmp_team(tiny, handing):
+    # Its idle workers would slow every parallel region of the engine's thread
+    # (benchmarks/bench_idle_thread.py).
+    model, tokenizer = tiny
+    [ids] = prompts(tokenizer, 1)
+    engine = BatchedHFEngine(model, tokenizer, rows=4)
+
+    def body():
+        team = team_of_own()
+        if handing == "request":
+            engine.sample(ids, 1, max_new_tokens=4, temperature=0.0, top_p=1.0, eos_token_ids={2})
+        else:  # the main thread after training
+            engine.serve(model)
+        return team, os_threads()
+
+    try:
+        team, after = in_thread(body)
+    finally:
+        engine.close()
+    assert team and not team & after
+
+
+@needs_teams
+def test_the_engines_thread_gives_back_its_openmp_team_while_it_waits(tiny):
+    model, tokenizer = tiny
+    engine = BatchedHFEngine(model, tokenizer, rows=4)
+
+    def body():
+        release_openmp_team()
+        before = os_threads()
+        engine.run(parallel_op)  # the engine's thread makes a team
+        deadline = time.monotonic() + 10
+        while (started := os_threads() - before) != {engine._thread.native_id} and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return started, engine._thread.native_id
+
+    try:
+        started, engine_thread = in_thread(body)
+    finally:
+        engine.close()
+    assert started == {engine_thread}  # the thread, without its team's workers
 
 
 def test_a_model_it_cannot_step_is_refused():

@@ -22,7 +22,10 @@ thread runs every model call:
 The critic's and the judge's forward passes run on this thread too
 (:meth:`run`): one thread computes, so torch's threads never fight over the
 cores (two processes or threads that each use all cores slow each other
-down many times, docs/scaling.md).
+down many times, docs/scaling.md). For the same reason only the thread that
+computes holds an OpenMP team: a thread handing work to this one (``serve``, a
+request) first gives its team back, and this one gives its own back whenever it
+waits for work (:mod:`agentq.models.openmp`).
 
 Not exact to the sequential ``engine=hf``: its steps have A rows where this one
 has ``rows``, so the two differ in float rounding (and a near-tie may draw
@@ -46,6 +49,7 @@ from typing import Any
 import torch
 
 from agentq.models.engine import HFEngine
+from agentq.models.openmp import release_openmp_team
 from agentq.models.prefix_cache import PrefixCache
 from agentq.models.ragged import check_supported, decode_step
 from agentq.models.sampling import DecodeConstraint, Prefill, Sample, Step, decode
@@ -89,6 +93,7 @@ class BatchedHFEngine(HFEngine):
     def serve(self, model: torch.nn.Module, adapters: Sequence[Path] = ()) -> None:
         check_supported(model)
         super().serve(model)
+        release_openmp_team()  # the caller (loading, training) is done; this engine's thread computes next
 
     def sample(
         self,
@@ -126,6 +131,7 @@ class BatchedHFEngine(HFEngine):
     # -- the engine thread --------------------------------------------------------
     def _submit(self, work) -> Future:
         future: Future = Future()
+        release_openmp_team()  # the caller waits while this engine's thread computes
         if self._thread is None:
             self._stopping = False
             self._thread = threading.Thread(target=self._loop, name="hf_batched engine", daemon=True)
@@ -138,6 +144,8 @@ class BatchedHFEngine(HFEngine):
         active: list[_Request] = []
         while True:
             # Wait only when nothing is decoding; otherwise take what has arrived.
+            if not active:
+                release_openmp_team()  # idle, its workers would slow whoever computes meanwhile
             items = [self._inbox.get()] if not active else []
             while True:
                 try:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from agentq.compare import by_goal, evaluated_row, oracle_study_row, read_episodes, write_rows
+from agentq.compare import by_goal, evaluated_row, oracle_study_row, write_rows
 from agentq.modes import COMMITTED, HOW_PICKED, VERIFIER, ZERO_SHOT
 
 STUDY = Path(__file__).parent
@@ -29,11 +29,12 @@ LABELS = {
 
 def rows(run: Path) -> list[dict]:
     greedy = by_goal(run, 0, ZERO_SHOT)
-    found = [
-        evaluated_row(label, run, "base", mode, None if mode == ZERO_SHOT else greedy)
-        for mode, label in LABELS.items()
-        if read_episodes(run, "base", mode)
-    ]
+    found = []
+    for mode, label in LABELS.items():
+        try:
+            found.append(evaluated_row(label, run, "base", mode, None if mode == ZERO_SHOT else greedy))
+        except FileNotFoundError:  # a mode not evaluated (yet)
+            continue
     return [*found, oracle_study_row(run)]
 
 
