@@ -144,9 +144,7 @@ def run(args: argparse.Namespace) -> dict:
     return {
         "model": args.model, "work": args.work, "rows": args.rows, "tokens": args.tokens, "bf16_autocast": bf16, "threads": torch.get_num_threads(),
         "seconds_per_step": medians,
-        "alive_over_alone": medians["idle thread alive"] / medians["alone"],
-        "given_back_over_alone": medians["idle thread alive, team given back"] / medians["alone"],
-        "joined_over_alone": medians["idle thread joined"] / medians["alone"],
+        "over_alone": {state: medians[state] / medians["alone"] for state in STATES[1:]},
     }  # fmt: skip
 
 
@@ -157,10 +155,7 @@ def report(r: dict) -> str:
         f"{r['threads']} torch threads:"
     ]
     lines += [f"  {state:<35} {r['seconds_per_step'][state]:.4f} s" for state in STATES]
-    lines.append(
-        f"  over alone: idle thread alive {r['alive_over_alone']:.2f}x, team given back "
-        f"{r['given_back_over_alone']:.2f}x, joined {r['joined_over_alone']:.2f}x"
-    )
+    lines.append("  over alone: " + ", ".join(f"{state} {ratio:.2f}x" for state, ratio in r["over_alone"].items()))
     return "\n".join(lines)
 
 
