@@ -62,12 +62,18 @@ class AdapterModule(L.LightningModule):
         # Here rather than before fit: setup runs in the process that trains (a
         # spawned worker under ddp_spawn), and the input hook below cannot be pickled.
         if self.gradient_checkpointing:  # activations of long prompts dominate memory: recompute them
-            self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            if hasattr(self.model, "activation_checkpointing_enable"):  # transformers >= 5.24's name
+                self.model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            else:
+                self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             self.model.enable_input_require_grads()
 
     def teardown(self, stage: str) -> None:
         if self.gradient_checkpointing:
-            self.model.gradient_checkpointing_disable()
+            if hasattr(self.model, "activation_checkpointing_disable"):
+                self.model.activation_checkpointing_disable()
+            else:
+                self.model.gradient_checkpointing_disable()
 
     def score(self, segments: Segments) -> torch.Tensor:
         """(S,) summed log-probs of the sequences the segments make up."""
