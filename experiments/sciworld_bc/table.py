@@ -20,12 +20,13 @@ from omegaconf import OmegaConf
 from agentq.compare import by_goal, evaluated_row, oracle_study_row, study_row, write_rows
 from agentq.layout import RunLayout
 from agentq.modes import ZERO_SHOT
+from envs.scienceworld.env import parse_task_id
 
 STUDY = Path(__file__).parent
 
 
 def task_of(task_id: str) -> str:
-    return task_id.split(":")[0]
+    return parse_task_id(task_id)[0]
 
 
 def main(run: Path) -> None:
