@@ -9,7 +9,9 @@ as the clone studies decode (``eval_n<demonstrations>``: the action stops at its
 Per row: success with its Wilson 95% interval, average reward with its bootstrap one, model
 calls and cost per success, and against the 20-demonstration clone under the same decoding
 goals won and lost (exact McNemar p), the paired reward difference and identical episodes.
-Last, the scripted oracle on the same goals and step budget.
+Last, the scripted oracle on the same goals and step budget. Also writes behaviour.md /
+behaviour.csv: per row, the rank of the result each episode opened first, how many options it
+clicked and whether it bought.
 """
 
 from __future__ import annotations
