@@ -169,3 +169,18 @@ def test_the_rft_study_samples_training_goals_and_is_evaluated_as_the_bases_200_
     for key in ("seed", "eval.split", "eval.num_tasks", "eval.max_steps", "env.make", "agent.prompt",
                 "agent.sampling.constrain_command", "agent.sampling.max_tail_tokens", "agent.sampling.max_new_tokens"):  # fmt: skip
         assert OmegaConf.select(cfg, key) == OmegaConf.select(base, key), key
+
+
+def test_the_clone80_rft_study_reads_dev_goals_only_and_pairs_with_the_clones_dev_row(make_cfg):
+    from omegaconf import OmegaConf
+
+    from agentq.components import build
+
+    cfg = make_cfg("+experiment=webshop_base", "+study=webshop_clone80_rft", "model.adapter=clone")
+    assert cfg.tuning and cfg.eval.split == "dev" and cfg.collect.split == "train"
+    with pytest.raises(ValueError, match="tuning=true .* with eval.split=test"):
+        build(make_cfg("+experiment=webshop_base", "+study=webshop_clone80_rft", "model.adapter=clone", "eval.split=test"))
+    # Paired goal by goal with the clone's dev row: the same goals, budget and decoding.
+    base = OmegaConf.load(CONF.parent / "experiments/webshop_bc_scale/config/eval_n80.yaml")
+    for key in ("seed", "eval.split", "eval.num_tasks", "eval.max_steps", "env.make", "agent.prompt", "agent.sampling"):
+        assert OmegaConf.select(cfg, key) == OmegaConf.select(base, key), key
