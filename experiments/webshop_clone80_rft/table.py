@@ -20,16 +20,10 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from agentq.compare import (
-    by_goal,
-    commands,
-    evaluated_row,
-    iteration_index,
-    oracle_study_row,
-    write_rows,
-)
+from agentq.compare import by_goal, evaluated_row, iteration_index, oracle_study_row, write_rows
 from agentq.layout import TASK_GLOB, RunLayout, read_json
 from agentq.modes import ZERO_SHOT
+from agentq.records.trajectory import Trajectory, distinct
 from envs.webshop.episodes import behaviour_row
 
 STUDY = Path(__file__).parent
@@ -37,17 +31,16 @@ ARMS = {"rft": "lr 3e-4, 3 epochs", "rft_light": "lr 1e-4, 1 epoch"}  # run fold
 
 
 def trained_successes(rft: Path) -> tuple[dict, Counter]:
-    """The collection's distinct successful trajectories (what RFT trains on: one per distinct
-    command sequence of a goal), numbered, and how many goals had 0, 1, ... successful samples."""
+    """The collection's distinct successful trajectories (what RFT trains on, chosen as
+    ``SuccessfulTrajectories`` chooses them), numbered, and how many goals had 0, 1, ...
+    successful samples."""
     searches = [read_json(p) for p in sorted(RunLayout(rft).collect(1).glob(TASK_GLOB))]
     per_goal = Counter(sum(t["success"] for t in s["trajectories"]) for s in searches)
-    seen, successes = set(), {}
+    successes = {}
     for search in searches:
-        for t in search["trajectories"]:
-            key = (t["task_id"], tuple(commands(t)))
-            if t["success"] and t["steps"] and key not in seen:
-                seen.add(key)
-                successes[len(successes)] = t
+        for i, t in distinct([Trajectory.from_dict(t) for t in search["trajectories"]]):
+            if t.success and t.steps:
+                successes[len(successes)] = search["trajectories"][i]
     return successes, per_goal
 
 
