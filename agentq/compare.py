@@ -445,11 +445,12 @@ def diagnostics_markdown(run_dir: Path) -> str:
     if not summary.exists():
         return ""
     lines = [
-        "| iteration | examples | outcome-backed pairs | critic-only pairs | pairs with an untried action "
+        "| iteration | examples | outcome-backed pairs | of which chose the lower return | critic-only pairs "
+        "| pairs with an untried action "
         "| critic tau vs backed-up Q (nodes) | critic top-1 | critic tau vs first returns (nodes) "
         "| SFT: revisions judged / fallback / good paths / good paths that succeeded / RFT successes "
         "| zero-shot success % [95% CI] | avg reward [95% CI] |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     dash = NOT_EVALUATED
     for it in json.loads(summary.read_text())["iterations"]:
@@ -459,7 +460,7 @@ def diagnostics_markdown(run_dir: Path) -> str:
         if search is None and episodes is None:
             continue
         if search is None:
-            lines.append(f"| {it['iteration']} | {' | '.join([dash] * 8)} | {evaluated} |")
+            lines.append(f"| {it['iteration']} | {' | '.join([dash] * 9)} | {evaluated} |")
             continue
         pairs, critic, sft = search["pairs"], search["critic"], search.get("sft", {})
         tau = dash if critic["kendall_tau"] is None else f"{critic['kendall_tau']:.2f} ({critic['tau_nodes']})"
@@ -469,7 +470,7 @@ def diagnostics_markdown(run_dir: Path) -> str:
         sources = " / ".join(str(sft.get(k, 0)) for k in SFT_SOURCES)
         lines.append(
             f"| {it['iteration']} | {it.get('num_examples', dash)} | {pairs['outcome']} "
-            f"| {pairs['critic_only']} | {pairs.get('untried', dash)} | {tau} | {top1} | {first} | {sources} | {evaluated} |"
+            f"| {pairs.get('against_outcome', dash)} | {pairs['critic_only']} | {pairs.get('untried', dash)} | {tau} | {top1} | {first} | {sources} | {evaluated} |"
         )
     return "\n".join(lines) + "\n" if len(lines) > 2 else ""
 

@@ -82,7 +82,7 @@ def test_pairs_split_into_outcome_backed_and_critic_only():
         if min(c.visits for c in t.children(t.nodes[p.node_id]) if c.action in (p.chosen, p.rejected)) == 0
     )  # fmt: skip
     expected = {"outcome": len(pairs) - expected_critic_only, "critic_only": expected_critic_only, "unmatched": 0}
-    assert sources == expected | {"untried": untried}
+    assert sources == expected | {"untried": untried, "against_outcome": 0}  # every outcome-backed pair follows Q_mcts
     assert untried >= 1  # A vs D and B vs D: D was never visited, yet its Q_mcts 0 makes them outcome-backed
     assert sources["critic_only"] >= 1 and sources["outcome"] >= 1  # A vs C (both Q .2), A vs B
     assert pair_sources([], pairs)["unmatched"] == len(pairs)
@@ -118,6 +118,23 @@ def test_outcome_only_pairs_are_the_outcome_backed_ones():
     sources = pair_sources([SearchResult(t, [], None)], every)
     assert len(backed) == sources["outcome"] < len(every)
     assert pair_sources([SearchResult(t, [], None)], backed)["critic_only"] == 0
+
+
+def test_a_pair_eq10_orders_against_its_returns_is_counted_and_can_be_dropped():
+    t = Tree(task_id=3, alpha=0.5)
+    t.add(node(None, visits=9))
+    t.add(node(0, "X", 1.0, 3, 0.6))  # Eq. 10: 0.8
+    t.add(node(0, "Y", 0.0, 3, 0.9))  # 0.45
+    t.add(node(0, "W", 0.0, 3, 0.5999999999999999))  # 0.3; the same returns as X, summed in another order
+    pairs = StepPairBuilder(threshold=0.1)(t)
+    assert [(p.chosen, p.rejected) for p in pairs] == [("X", "Y"), ("X", "W"), ("Y", "W")]
+    # X over Y: the critic outweighed a higher return. X over W: equal returns, the critic's call.
+    sources = pair_sources([SearchResult(t, [], None)], pairs)
+    assert sources == {"outcome": 2, "critic_only": 1, "unmatched": 0, "untried": 0, "against_outcome": 1}
+    backed = StepPairBuilder(threshold=0.1, outcome_only=True)(t)
+    assert [(p.chosen, p.rejected) for p in backed] == [("X", "Y"), ("Y", "W")]
+    agreeing = StepPairBuilder(threshold=0.1, agree_with_outcome=True)(t)
+    assert [(p.chosen, p.rejected) for p in agreeing] == [("Y", "W")]
 
 
 def test_sft_sources_split_revisions_by_where_they_were_spliced():

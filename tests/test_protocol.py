@@ -171,16 +171,20 @@ def test_the_rft_study_samples_training_goals_and_is_evaluated_as_the_bases_200_
         assert OmegaConf.select(cfg, key) == OmegaConf.select(base, key), key
 
 
-def test_the_clone80_rft_study_reads_dev_goals_only_and_pairs_with_the_clones_dev_row(make_cfg):
+@pytest.mark.parametrize("study", ["webshop_clone80_rft", "webshop_clone80_agentq"])
+def test_the_clone80_studies_read_dev_goals_only_and_pair_with_the_clones_dev_row(make_cfg, study):
     from omegaconf import OmegaConf
 
     from agentq.components import build
 
-    cfg = make_cfg("+experiment=webshop_base", "+study=webshop_clone80_rft", "model.adapter=clone")
-    assert cfg.tuning and cfg.eval.split == "dev" and cfg.collect.split == "train"
+    cfg = make_cfg("+experiment=webshop_base", f"+study={study}", "model.adapter=clone")
+    assert cfg.tuning and cfg.eval.split == "dev" and cfg.collect.split == "train" and not cfg.eval.base
     with pytest.raises(ValueError, match="tuning=true .* with eval.split=test"):
-        build(make_cfg("+experiment=webshop_base", "+study=webshop_clone80_rft", "model.adapter=clone", "eval.split=test"))
+        build(make_cfg("+experiment=webshop_base", f"+study={study}", "model.adapter=clone", "eval.split=test"))
     # Paired goal by goal with the clone's dev row: the same goals, budget and decoding.
     base = OmegaConf.load(CONF.parent / "experiments/webshop_bc_scale/config/eval_n80.yaml")
     for key in ("seed", "eval.split", "eval.num_tasks", "eval.max_steps", "env.make", "agent.prompt", "agent.sampling"):
         assert OmegaConf.select(cfg, key) == OmegaConf.select(base, key), key
+    # Searched on RFT's training goals: the two learn from the same goals by their own data.
+    rft = make_cfg("+experiment=webshop_base", "+study=webshop_clone80_rft", "model.adapter=clone")
+    assert (cfg.seed, cfg.collect) == (rft.seed, rft.collect)

@@ -26,7 +26,9 @@ by that value (Eq. 11), so two questions decide whether its data can help:
   two (e.g. siblings never rolled out, or both failed alike). An action never
   visited has Q_mcts = 0 without any rollout, so a pair of a tried action and an
   *untried* sibling counts as outcome-backed although only one side has an
-  outcome: the pairs with an untried action are counted apart as well.
+  outcome: the pairs with an untried action are counted apart as well. Eq. 10 orders
+  a pair by the blend, so an outcome-backed pair can choose the action whose returns
+  were lower when the critic scored it higher: those are counted apart too.
 - **What the SFT data is made of** (RFT, Agent-R): examples by source, and where
   each Agent-R revision was spliced: at a step the actor judged Bad, or at the
   divergence point because it judged none Bad (the fallback).
@@ -85,7 +87,7 @@ def critic_agreement(
         first_taus += [tau for tau, _ in first_return_taus(tree, first_return_min_visits)]
         for node in tree.nodes:
             siblings = [c for c in tree.children(node) if c.visits >= min_visits]
-            critic, backed = [c.critic_score for c in siblings], [c.q_mcts for c in siblings]
+            critic, backed = [c.critic_score for c in siblings], [c.backed_up for c in siblings]
             if len(set(critic)) < 2:
                 continue
             tau = kendall_tau_b(critic, backed)
@@ -117,15 +119,17 @@ def first_return_taus(tree: Tree, min_node_visits: int = FIRST_RETURN_MIN_VISITS
 
 
 def pair_sources(results: Iterable[SearchResult], pairs: Iterable[Any]) -> dict[str, int]:
-    """How many step pairs are outcome-backed and how many critic-only, and how many of
-    either have an untried (never visited) action ("untried"); other examples ignored."""
+    """How many step pairs are outcome-backed and how many critic-only; how many of either
+    have an untried (never visited) action ("untried"), and how many outcome-backed ones
+    choose the action with the lower backed-up value ("against_outcome": Eq. 10's critic
+    term outweighed the returns); other examples ignored."""
     backed: dict[tuple[str, int, str], tuple[float, int]] = {}
     for result in results:
         tree = result.tree
         for node in tree.nodes:
             for child in tree.children(node):
-                backed[(str(tree.task_id), node.id, child.action)] = (child.q_mcts, child.visits)
-    counts = {"outcome": 0, "critic_only": 0, "unmatched": 0, "untried": 0}
+                backed[(str(tree.task_id), node.id, child.action)] = (child.backed_up, child.visits)
+    counts = {"outcome": 0, "critic_only": 0, "unmatched": 0, "untried": 0, "against_outcome": 0}
     for pair in pairs:
         if not isinstance(pair, StepPair):
             continue
@@ -136,6 +140,7 @@ def pair_sources(results: Iterable[SearchResult], pairs: Iterable[Any]) -> dict[
         else:
             counts["outcome" if chosen[0] != rejected[0] else "critic_only"] += 1
             counts["untried"] += chosen[1] == 0 or rejected[1] == 0
+            counts["against_outcome"] += chosen[0] < rejected[0]
     return counts
 
 

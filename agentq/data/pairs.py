@@ -28,11 +28,16 @@ class StepPairBuilder:
     outcome_only: keep only pairs whose backed-up values Q_mcts differ, dropping
         those only the critic's scores separate (the ablation of
         :mod:`agentq.data.diagnostics`' "critic-only" pairs).
+    agree_with_outcome: keep only pairs whose chosen action also has the higher Q_mcts
+        (implies ``outcome_only``). Eq. 10 orders a pair by the blend, so a critic that
+        scores siblings against their returns can make the lower-return action the
+        chosen one: :mod:`agentq.data.diagnostics` counts those pairs "against_outcome".
     """
 
     threshold: float = 0.1
     min_visits: int = 0
     outcome_only: bool = False
+    agree_with_outcome: bool = False
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.threshold <= 1.0:
@@ -53,9 +58,11 @@ class StepPairBuilder:
                 qa, qb = a.blended_q(tree.alpha), b.blended_q(tree.alpha)
                 if abs(qa - qb) < self.threshold or qa == qb:
                     continue
-                if self.outcome_only and a.q_mcts == b.q_mcts:
+                if (self.outcome_only or self.agree_with_outcome) and a.backed_up == b.backed_up:
                     continue
                 (w, qw), (lo, ql) = ((a, qa), (b, qb)) if qa > qb else ((b, qb), (a, qa))
+                if self.agree_with_outcome and w.backed_up < lo.backed_up:
+                    continue
                 if w.kept is not None and not (w.kept and lo.kept is False):
                     continue  # ToT: only selected vs pruned
                 pairs.append(

@@ -45,6 +45,12 @@ class Node:
     prompt: Messages = field(default_factory=list)  # h rendered, set when the node is expanded
     snapshot: Any = None  # env state, never serialised
 
+    @property
+    def backed_up(self) -> float:
+        """Q_mcts to 9 decimals: a mean of the same returns summed in another order differs in
+        its last bits (0.6 against 0.5999999999999999), and that is not a different outcome."""
+        return round(self.q_mcts, 9)
+
     def blended_q(self, alpha: float) -> float:
         """Agent Q, Eq. 10: Q(h, a) = alpha * Q_mcts(h, a) + (1 - alpha) * Q̂(h, a)."""
         return alpha * self.q_mcts + (1.0 - alpha) * self.critic_score
