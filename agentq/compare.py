@@ -284,6 +284,11 @@ def by_goal(run_dir: Path, index: int, mode: str) -> dict:
     return {e["trajectory"]["task_id"]: e["trajectory"] for e in episodes_at(run_dir, index, mode) or []}
 
 
+def last_by_goal(run_dir: Path, mode: str = ZERO_SHOT) -> dict:
+    """``by_goal`` of the run's last iteration: the policy it ended with."""
+    return by_goal(run_dir, iteration_index(run_dir, "last"), mode)
+
+
 def commands(trajectory: dict) -> list[str]:
     return [step["command"] for step in trajectory["steps"]]
 
@@ -490,13 +495,14 @@ def to_csv(rows: list[dict]) -> str:
     return buffer.getvalue()
 
 
-def write_rows(folder: Path, stem: str, rows: list[dict]) -> str:
+def write_rows(folder: Path, stem: str, rows: list[dict], appendix: str = "") -> str:
     """A study's own table (rows of cells, the first row's keys the columns) as ``<stem>.md`` and
-    ``<stem>.csv`` in ``folder``; a cell a row lacks is a dash. Returns the markdown."""
+    ``<stem>.csv`` in ``folder``; a cell a row lacks is a dash. ``appendix`` (markdown) follows
+    the table in ``<stem>.md`` only. Returns the markdown."""
     columns = list(rows[0])
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(str(r.get(c, NOT_EVALUATED)) for c in columns) + " |" for r in rows]
-    markdown = "\n".join(lines) + "\n"
+    markdown = "\n".join(lines) + "\n" + appendix
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, columns, restval=NOT_EVALUATED, lineterminator="\n")
     writer.writeheader()

@@ -177,6 +177,10 @@ def test_a_studys_own_table_is_written_as_markdown_and_csv(tmp_path):
                                      "| base | 24.0 [18.6, 30.4] | - |", "| oracle, 15 steps | - | - |"]  # fmt: skip
     assert (tmp_path / "table_200.csv").read_text().splitlines() == [
         "policy,success %,vs base", 'base,"24.0 [18.6, 30.4]",-', '"oracle, 15 steps",-,-']
+    # An appendix (a run's data, say) follows the markdown table and stays out of the CSV.
+    with_data = compare.write_rows(tmp_path, "table_200", rows, appendix="\nWhere the data came from.\n")
+    assert with_data == markdown + "\nWhere the data came from.\n" == (tmp_path / "table_200.md").read_text()
+    assert "data" not in (tmp_path / "table_200.csv").read_text()
 
 
 def test_a_studys_rows_carry_the_intervals_the_budget_and_the_paired_comparison(tmp_path):
@@ -191,6 +195,7 @@ def test_a_studys_rows_carry_the_intervals_the_budget_and_the_paired_comparison(
     )  # goal 1 used both steps and bought nothing
     (run_dir / "iter_000" / "seconds.json").write_text(json.dumps({"eval_zero_shot": 30.0}))
     base = compare.by_goal(run_dir, 0, "zero_shot")
+    assert compare.last_by_goal(run_dir) == base  # iterations: 0, so its last policy is the base
     row = compare.evaluated_row("base", run_dir, "base", "zero_shot")
     lo, hi = (100 * x for x in compare.wilson_interval(1, 3))
     assert row["row"] == "base" and row["goals"] == 3 and row["success %"] == f"33.3 [{lo:.1f}, {hi:.1f}]"

@@ -19,7 +19,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from agentq.compare import by_goal, evaluated_row, iteration_index, oracle_study_row, write_rows
+from agentq.compare import evaluated_row, last_by_goal, oracle_study_row, write_rows
 from agentq.modes import ZERO_SHOT
 from envs.webshop.episodes import behaviour_row
 
@@ -31,19 +31,15 @@ DECODINGS = {
 }
 
 
-def greedy(run: Path) -> dict:
-    return by_goal(run, iteration_index(run, "last"), ZERO_SHOT)
-
-
 def main(runs: Path) -> None:
     rows, behaviours = [], []
     for prefix, decoding in DECODINGS.items():
-        fewest = greedy(runs / f"{prefix}{DEMONSTRATIONS[0]}")
+        fewest = last_by_goal(runs / f"{prefix}{DEMONSTRATIONS[0]}")
         for n in DEMONSTRATIONS:
             label = f"clone on {n} demonstrations, {decoding}"
             base = None if n == DEMONSTRATIONS[0] else fewest
             rows.append(evaluated_row(label, runs / f"{prefix}{n}", "last", ZERO_SHOT, base))
-            behaviours.append(behaviour_row(label, greedy(runs / f"{prefix}{n}")))
+            behaviours.append(behaviour_row(label, last_by_goal(runs / f"{prefix}{n}")))
     rows.append(oracle_study_row(runs / f"n{DEMONSTRATIONS[0]}"))
     print(write_rows(STUDY, "table", rows))
     print(write_rows(STUDY, "behaviour", behaviours))

@@ -4,7 +4,8 @@
 
 Defaults: experiments/webshop_clone80_agentq/runs (``agentq``: MCTS on 60 training goals, step IPO
 on its outcome-backed pairs; ``agentq_agree``: the same trees, only the pairs whose chosen action
-also had the higher backed-up return), experiments/webshop_clone80_rft/runs (RFT on best-of-4 samples of the
+also had the higher backed-up return; ``agentq_uct200``: MCTS without the critic, alpha 1, on 200
+other training goals), experiments/webshop_clone80_rft/runs (RFT on best-of-4 samples of the
 same 60 goals, two updates) and experiments/webshop_bc_scale/runs/eval_n80 (the clone greedy on
 the 100 dev goals). Writes beside this file table.md / table.csv (success with its Wilson 95%
 interval, average reward with its bootstrap one, cost per success, and against the clone goal by
@@ -20,10 +21,9 @@ import sys
 from pathlib import Path
 
 from agentq.compare import (
-    by_goal,
     diagnostics_markdown,
     evaluated_row,
-    iteration_index,
+    last_by_goal,
     oracle_study_row,
     write_rows,
 )
@@ -34,31 +34,26 @@ STUDY = Path(__file__).parent
 AGENT_Q = {
     "agentq": "Agent Q: step IPO on MCTS's outcome-backed pairs",
     "agentq_agree": "Agent Q: the same, only pairs that chose the higher return",
+    "agentq_uct200": "Agent Q without the critic (alpha 1): step IPO on MCTS's pairs from 200 other goals",
 }
 RFT = {"rft": "RFT on best-of-4 successes (lr 3e-4, 3 epochs)", "rft_light": "RFT on the same (lr 1e-4, 1 epoch)"}
 
 
-def greedy(run: Path) -> dict:
-    return by_goal(run, iteration_index(run, "last"), ZERO_SHOT)
-
-
 def main(runs_folder: Path, rft_runs: Path, clone_run: Path) -> None:
-    clone = greedy(clone_run)
+    clone = last_by_goal(clone_run)
     rows = [evaluated_row("clone on 80 demonstrations, greedy", clone_run, "last", ZERO_SHOT)]
     behaviours = [behaviour_row("clone on 80 demonstrations, greedy (dev)", clone)]
     runs = {f"{label}, greedy": rft_runs / arm for arm, label in RFT.items()}
     runs |= {f"{label}, greedy": runs_folder / arm for arm, label in AGENT_Q.items()}
     for label, run in runs.items():
         rows.append(evaluated_row(label, run, "last", ZERO_SHOT, clone))
-        behaviours.append(behaviour_row(f"{label} (dev)", greedy(run)))
+        behaviours.append(behaviour_row(f"{label} (dev)", last_by_goal(run)))
     rows.append(oracle_study_row(runs_folder / "agentq"))
-    markdown = write_rows(STUDY, "table", rows)
     data = "".join(
         f"\nWhere the data of `{arm}` came from, and its critic against the tree:\n\n{diagnostics_markdown(runs_folder / arm)}"
         for arm in AGENT_Q
     )
-    (STUDY / "table.md").write_text(markdown + data)
-    print(markdown + data)
+    print(write_rows(STUDY, "table", rows, appendix=data))
     print(write_rows(STUDY, "behaviour", behaviours))
 
 

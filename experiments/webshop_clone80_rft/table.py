@@ -20,7 +20,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from agentq.compare import by_goal, evaluated_row, iteration_index, oracle_study_row, write_rows
+from agentq.compare import evaluated_row, last_by_goal, oracle_study_row, write_rows
 from agentq.layout import TASK_GLOB, RunLayout, read_json
 from agentq.modes import ZERO_SHOT
 from agentq.records.trajectory import Trajectory, distinct
@@ -44,12 +44,8 @@ def trained_successes(rft: Path) -> tuple[dict, Counter]:
     return successes, per_goal
 
 
-def greedy(run: Path) -> dict:
-    return by_goal(run, iteration_index(run, "last"), ZERO_SHOT)
-
-
 def main(runs: Path, clone_run: Path) -> None:
-    clone = greedy(clone_run)
+    clone = last_by_goal(clone_run)
     successes, per_goal = trained_successes(runs / "rft")  # the arms share this collection
     print(
         f"collection: {sum(per_goal.values())} training goals; goals by successful samples "
@@ -60,7 +56,7 @@ def main(runs: Path, clone_run: Path) -> None:
     for arm, training in ARMS.items():
         label = f"RFT on its best-of-4 successes ({training}), greedy"
         rows.append(evaluated_row(label, runs / arm, "last", ZERO_SHOT, clone))
-        behaviours.append(behaviour_row(f"{label} (dev)", greedy(runs / arm)))
+        behaviours.append(behaviour_row(f"{label} (dev)", last_by_goal(runs / arm)))
     rows.append(oracle_study_row(runs / "rft"))
     behaviours.append(behaviour_row("the distinct successes trained on (training goals)", successes))
     print(write_rows(STUDY, "table", rows))
