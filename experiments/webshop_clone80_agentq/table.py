@@ -4,8 +4,8 @@
 
 Defaults: experiments/webshop_clone80_agentq/runs (``agentq``: MCTS on 60 training goals, step IPO
 on its outcome-backed pairs; ``agentq_agree``: the same trees, only the pairs whose chosen action
-also had the higher backed-up return; ``agentq_uct200``: MCTS without the critic, alpha 1, on 200
-other training goals), experiments/webshop_clone80_rft/runs (RFT on best-of-4 samples of the
+also had the higher backed-up return; ``agentq_uct200``: MCTS without the critic, alpha 1, on a new
+draw of 200 training goals, 6 of them among the 60), experiments/webshop_clone80_rft/runs (RFT on best-of-4 samples of the
 same 60 goals, two updates) and experiments/webshop_bc_scale/runs/eval_n80 (the clone greedy on
 the 100 dev goals). Writes beside this file table.md / table.csv (success with its Wilson 95%
 interval, average reward with its bootstrap one, cost per success, and against the clone goal by
@@ -34,7 +34,7 @@ STUDY = Path(__file__).parent
 AGENT_Q = {
     "agentq": "Agent Q: step IPO on MCTS's outcome-backed pairs",
     "agentq_agree": "Agent Q: the same, only pairs that chose the higher return",
-    "agentq_uct200": "Agent Q without the critic (alpha 1): step IPO on MCTS's pairs from 200 other goals",
+    "agentq_uct200": "Agent Q without the critic (alpha 1): step IPO on MCTS's pairs from a new draw of 200 goals",
 }
 RFT = {"rft": "RFT on best-of-4 successes (lr 3e-4, 3 epochs)", "rft_light": "RFT on the same (lr 1e-4, 1 epoch)"}
 
