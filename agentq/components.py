@@ -128,6 +128,7 @@ class Components:
     collect_split: str
     collect_num_tasks: int  # B
     collect_concurrency: int  # searches in flight at once
+    collect_trees_from: str | None  # a run whose iteration-1 trees this run trains on
     workers: int
     parallel: dict  # conf/parallel: where searches run (backend local or ray, and ray's settings)
     dense_reward: bool
@@ -190,6 +191,7 @@ def build(cfg: DictConfig) -> Components:
         collect_split=cfg.collect.split,
         collect_num_tasks=cfg.collect.num_tasks,
         collect_concurrency=cfg.collect.get("concurrency", 1),
+        collect_trees_from=cfg.collect.get("trees_from"),
         workers=cfg.get("workers", 1),
         parallel=OmegaConf.to_container(cfg.get("parallel") or OmegaConf.create({"backend": "local"}), resolve=True),
         dense_reward=cfg.dense_reward,

@@ -9,7 +9,8 @@ evaluation and the collection:
   its target does not take, and values whose type its signature's annotations
   exclude (:func:`check_targets`); partial targets (built only once a model is
   loaded) also run their class's ``check_args(key, **kwargs)`` when they have one;
-- the top-level loop keys (:func:`check_loop_keys`);
+- the top-level loop keys (:func:`check_loop_keys`), and the run ``collect.trees_from``
+  names (:func:`check_trees_from`);
 - the trainer group (:func:`check_trainer`): the arguments of
   :func:`agentq.training.fit.fit`, the optimiser (built and called on a dummy
   parameter), the LoRA config, and the ``lightning.Trainer`` arguments (names,
@@ -294,6 +295,39 @@ def check_loop_keys(cfg: DictConfig) -> None:
             )
         if source is not None and not (isinstance(source, str) and Path(source).expanduser().is_dir()):
             raise ValueError(f"eval.recovery_from={source!r} is not a run directory")
+    check_trees_from(cfg)
+
+
+# The keys that decide a run's iteration-1 trees: pi_0 is the base, so two runs equal in these
+# search the same trees, whatever they then train on them.
+TREE_KEYS = ("seed", "dense_reward", "model", "agent", "env", "critic", "search", "collect.split", "collect.num_tasks")
+
+
+def check_trees_from(cfg: DictConfig) -> None:
+    """``collect.trees_from``: a run directory whose saved config searched what this run would."""
+    source = OmegaConf.select(cfg, "collect.trees_from")
+    if source is None:
+        return
+    layout = RunLayout(Path(source).expanduser()) if isinstance(source, str) else None
+    if layout is None or not layout.config.is_file():
+        raise ValueError(f"collect.trees_from={source!r} is not a run directory (it has no config.yaml)")
+    theirs = OmegaConf.load(layout.config)
+    for key in TREE_KEYS:
+        if _tree_setting(cfg, key) != _tree_setting(theirs, key):
+            raise ValueError(
+                f"collect.trees_from={source!r} searched with another {key} than this run's: its trees are "
+                f"not the ones this run would search (they must agree on {', '.join(TREE_KEYS)})"
+            )
+
+
+def _tree_setting(cfg: DictConfig, key: str) -> Any:
+    value = OmegaConf.select(cfg, key)
+    if not OmegaConf.is_config(value):
+        return value
+    plain = OmegaConf.to_container(value, resolve=True)
+    if key == "model":  # where converted weights are cached is not which weights
+        plain.pop("cache_dir", None)
+    return plain
 
 
 def _int_or(value: Any, default: int) -> int:

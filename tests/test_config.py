@@ -229,6 +229,19 @@ def test_bad_loop_and_group_values_fail_in_build_naming_the_key(make_cfg, no_loa
     refused(make_cfg, "+experiment=smoke", *overrides, match=key)
 
 
+def test_trees_from_must_name_a_run_that_searched_as_this_run_would(make_cfg, no_load, tmp_path):
+    from omegaconf import OmegaConf
+
+    source = tmp_path / "source"
+    source.mkdir()
+    OmegaConf.save(make_cfg("+experiment=smoke"), source / "config.yaml", resolve=True)
+    refused(make_cfg, "+experiment=smoke", f"collect.trees_from={tmp_path}", match="collect.trees_from")
+    for override, key in [("search.num_simulations=7", "search"), ("collect.num_tasks=3", "collect.num_tasks"), ("seed=1", "seed")]:
+        refused(make_cfg, "+experiment=smoke", f"collect.trees_from={source}", override, match=f"another {key} ")
+    # The update may differ: that is what the trees are reused for.
+    build(make_cfg("+experiment=smoke", f"collect.trees_from={source}", "objective.beta=0.5", "pairs.threshold=0.2")).env.close()
+
+
 def test_gpu_trainer_is_refused_only_for_runs_that_train(make_cfg, no_load):
     import torch
 

@@ -155,6 +155,32 @@ def test_wandb_offline_run_holds_trees_examples_and_adapter(make_cfg, monkeypatc
     assert b"examples-iter1" in records and b"adapter-iter1" in records  # the two artifacts
 
 
+def test_a_run_trains_on_another_runs_first_trees_and_searches_its_later_iterations(make_cfg, tmp_path, monkeypatch):
+    from agentq import loop
+
+    quick = ("+experiment=smoke", "eval.base=false", "eval.search=false", "eval.num_tasks=1")
+    source = make_cfg(*quick, "eval.zero_shot=false")  # its trees are all it is for
+    run(source)
+    trees = Path(source.paths.run_dir) / "iter_001" / "collect"
+    searched = []
+
+    def counting(parts, buffer, iteration, lane, task_id):
+        searched.append((iteration, task_id))
+        return search_task(parts, buffer, iteration, lane, task_id)
+
+    search_task = loop.search_task
+    monkeypatch.setattr(loop, "search_task", counting)
+    cfg = OmegaConf.merge(  # another update (DPO's beta) on the same trees, then a second iteration
+        make_cfg(*quick, f"collect.trees_from={source.paths.run_dir}", "objective.beta=0.5", "iterations=2"),
+        {"paths": {"run_dir": str(tmp_path / "sweep")}},
+    )
+    check_summary(run(cfg), iterations=2, modes=("zero_shot",), base=False)
+    ours = tmp_path / "sweep" / "iter_001" / "collect"
+    assert sorted(p.name for p in ours.glob("task_*.json")) == sorted(p.name for p in trees.glob("task_*.json"))
+    assert all((ours / p.name).read_bytes() == p.read_bytes() for p in trees.glob("task_*.json"))
+    assert [i for i, _ in searched] == [2, 2]  # pi_1 is this run's own: its trees are searched
+
+
 def test_smoke_loop_on_webshop(make_cfg):
     cfg = make_cfg("+experiment=smoke", "env=webshop")
     summary = run(cfg)

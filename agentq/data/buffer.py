@@ -30,6 +30,14 @@ class ReplayBuffer:
     def write_search(self, iteration: int, task_id: Any, result: SearchResult) -> None:
         write_json(self._collect_path(iteration, task_id), result.to_dict())
 
+    def copy_search(self, iteration: int, task_id: Any, source: RunLayout) -> bool:
+        """Take the task's search result from another run's same iteration; False if it has none."""
+        path = task_file(source.collect(iteration), task_id)
+        if not path.exists():
+            return False
+        atomic_write_text(self._collect_path(iteration, task_id), path.read_text())
+        return True
+
     def searches(self, iteration: int) -> list[SearchResult]:
         folder = self.layout.collect(iteration)
         return [SearchResult.from_dict(read_json(p)) for p in sorted(folder.glob(TASK_GLOB))]
