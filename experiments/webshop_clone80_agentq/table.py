@@ -5,7 +5,8 @@
 Defaults: experiments/webshop_clone80_agentq/runs (``agentq``: MCTS on 60 training goals, step IPO
 on its outcome-backed pairs; ``agentq_agree``: the same trees, only the pairs whose chosen action
 also had the higher backed-up return; ``agentq_uct200``: MCTS without the critic, alpha 1, on a new
-draw of 200 training goals, 6 of them among the 60), experiments/webshop_clone80_rft/runs (RFT on best-of-4 samples of the
+draw of 200 training goals, 6 of them among the 60; ``agentq_uct200_b01`` / ``_b03``: its trees and pairs,
+IPO at beta 0.1 / 0.3 in place of 1.0), experiments/webshop_clone80_rft/runs (RFT on best-of-4 samples of the
 same 60 goals, two updates) and experiments/webshop_bc_scale/runs/eval_n80 (the clone greedy on
 the 100 dev goals). Writes beside this file table.md / table.csv (success with its Wilson 95%
 interval, average reward with its bootstrap one, cost per success, and against the clone goal by
@@ -35,7 +36,10 @@ AGENT_Q = {
     "agentq": "Agent Q: step IPO on MCTS's outcome-backed pairs",
     "agentq_agree": "Agent Q: the same, only pairs that chose the higher return",
     "agentq_uct200": "Agent Q without the critic (alpha 1): step IPO on MCTS's pairs from a new draw of 200 goals",
+    "agentq_uct200_b01": "the same 111 pairs, IPO beta 0.1 (target margin 5 nats)",
+    "agentq_uct200_b03": "the same 111 pairs, IPO beta 0.3 (target margin 1.7 nats)",
 }
+OWN_PAIRS = ("agentq", "agentq_agree", "agentq_uct200")  # the b01 / b03 arms train on agentq_uct200's
 RFT = {"rft": "RFT on best-of-4 successes (lr 3e-4, 3 epochs)", "rft_light": "RFT on the same (lr 1e-4, 1 epoch)"}
 
 
@@ -51,7 +55,7 @@ def main(runs_folder: Path, rft_runs: Path, clone_run: Path) -> None:
     rows.append(oracle_study_row(runs_folder / "agentq"))
     data = "".join(
         f"\nWhere the data of `{arm}` came from, and its critic against the tree:\n\n{diagnostics_markdown(runs_folder / arm)}"
-        for arm in AGENT_Q
+        for arm in OWN_PAIRS
     )
     print(write_rows(STUDY, "table", rows, appendix=data))
     print(write_rows(STUDY, "behaviour", behaviours))
