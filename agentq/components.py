@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from agentq import validation
 from agentq.checks import require_int
 from agentq.data.pairs import StepPairBuilder
+from agentq.layout import RunLayout
 from agentq.models.engine import HFEngine
 from agentq.models.loading import native_bf16, resolve_dtype
 from agentq.modes import COMMITTED, SEARCH_MODES
@@ -128,7 +129,7 @@ class Components:
     collect_split: str
     collect_num_tasks: int  # B
     collect_concurrency: int  # searches in flight at once
-    collect_trees_from: str | None  # a run whose iteration-1 trees this run trains on
+    collect_trees_from: RunLayout | None  # a run whose iteration-1 trees this run trains on
     workers: int
     parallel: dict  # conf/parallel: where searches run (backend local or ray, and ray's settings)
     dense_reward: bool
@@ -191,7 +192,7 @@ def build(cfg: DictConfig) -> Components:
         collect_split=cfg.collect.split,
         collect_num_tasks=cfg.collect.num_tasks,
         collect_concurrency=cfg.collect.get("concurrency", 1),
-        collect_trees_from=cfg.collect.get("trees_from"),
+        collect_trees_from=validation.trees_source(cfg),
         workers=cfg.get("workers", 1),
         parallel=OmegaConf.to_container(cfg.get("parallel") or OmegaConf.create({"backend": "local"}), resolve=True),
         dense_reward=cfg.dense_reward,

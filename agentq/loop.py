@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import logging
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -32,7 +31,7 @@ from agentq.console import phase
 from agentq.data.diagnostics import search_diagnostics
 from agentq.eval_modes import evaluate_iteration
 from agentq.lanes import lanes
-from agentq.layout import RunLayout, write_json
+from agentq.layout import write_json
 from agentq.on_ray import RayPool
 from agentq.parallel import for_each_task
 from agentq.report.collect import load_study
@@ -128,8 +127,8 @@ def collect(parts: Components, book: RunBook, weights: Weights, policy, iteratio
     tasks = [train_ids[i] for i in rng.choice(len(train_ids), size=count, replace=False)]
 
     todo = [t for t in tasks if not book.buffer.has_search(iteration, t)]
-    if parts.collect_trees_from is not None and iteration == 1:  # the same pi_0 searched them (validation)
-        source = RunLayout(Path(parts.collect_trees_from).expanduser())
+    source = parts.collect_trees_from
+    if source is not None and iteration == 1:  # the same pi_0 searched them (validation)
         copied = {t for t in todo if book.buffer.copy_search(iteration, t, source)}
         todo = [t for t in todo if t not in copied]
         log.info("collect (iter %d): %d trees taken from %s, %d to search", iteration, len(copied), source.root, len(todo))

@@ -303,14 +303,23 @@ def check_loop_keys(cfg: DictConfig) -> None:
 TREE_KEYS = ("seed", "dense_reward", "model", "agent", "env", "critic", "search", "collect.split", "collect.num_tasks")
 
 
-def check_trees_from(cfg: DictConfig) -> None:
-    """``collect.trees_from``: a run directory whose saved config searched what this run would."""
+def trees_source(cfg: DictConfig) -> RunLayout | None:
+    """The run ``collect.trees_from`` names (None when unset), as :func:`check_trees_from` checks it."""
     source = OmegaConf.select(cfg, "collect.trees_from")
     if source is None:
-        return
+        return None
     layout = RunLayout(Path(source).expanduser()) if isinstance(source, str) else None
     if layout is None or not layout.config.is_file():
         raise ValueError(f"collect.trees_from={source!r} is not a run directory (it has no config.yaml)")
+    return layout
+
+
+def check_trees_from(cfg: DictConfig) -> None:
+    """``collect.trees_from``: a run directory whose saved config searched what this run would."""
+    layout = trees_source(cfg)
+    if layout is None:
+        return
+    source = OmegaConf.select(cfg, "collect.trees_from")
     theirs = OmegaConf.load(layout.config)
     for key in TREE_KEYS:
         if _tree_setting(cfg, key) != _tree_setting(theirs, key):
