@@ -107,6 +107,11 @@ class Objective(nn.Module):
     kind: ClassVar[str]
     needs_visits: ClassVar[bool] = False
 
+    def __init__(self) -> None:
+        # nn.Module's own signature is (*args, **kwargs): without this one, the config's
+        # check of an objective that takes no argument (SFTLoss) would accept any key.
+        super().__init__()
+
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
         cls.kind = input_of(cls).kind
