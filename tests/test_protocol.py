@@ -188,3 +188,28 @@ def test_the_clone80_studies_read_dev_goals_only_and_pair_with_the_clones_dev_ro
     # Searched on RFT's training goals: the two learn from the same goals by their own data.
     rft = make_cfg("+experiment=webshop_base", "+study=webshop_clone80_rft", "model.adapter=clone")
     assert (cfg.seed, cfg.collect) == (rft.seed, rft.collect)
+
+
+def test_the_clone80_agent_r_study_trains_on_the_trees_agent_q_searched_and_reads_dev_goals_only(make_cfg, tmp_path):
+    import shutil
+
+    from omegaconf import OmegaConf
+
+    from agentq.components import build
+    from agentq.validation import check_trees_from
+
+    adapter = "model.adapter=experiments/webshop_bc_scale/runs/n80/iter_001/adapter"  # as the trees' run
+    source = CONF.parent / "experiments/webshop_clone80_agentq/config/agentq_uct200.yaml"
+    shutil.copy(source, tmp_path / "config.yaml")
+    for arm in ([], ["pairs=good_only"]):
+        cfg = make_cfg("+experiment=webshop_base", "+study=webshop_clone80_agent_r", adapter, f"collect.trees_from={tmp_path}", *arm)
+        check_trees_from(cfg)  # the same pi_0, search and draw as Agent Q's third arm
+        assert cfg.pairs._target_.endswith("RevisionBuilder") and cfg.pairs.include_revisions == (not arm)
+        assert cfg.tuning and cfg.eval.split == "dev" and cfg.eval.recovery
+    with pytest.raises(ValueError, match="tuning=true .* with eval.split=test"):
+        build(make_cfg("+experiment=webshop_base", "+study=webshop_clone80_agent_r", adapter, "eval.split=test"))
+    # Its recovery prefixes are the clone's dev row's failures: the same goals, budget and decoding.
+    assert cfg.eval.recovery_from == "experiments/webshop_bc_scale/runs/eval_n80"
+    base = OmegaConf.load(CONF.parent / "experiments/webshop_bc_scale/config/eval_n80.yaml")
+    for key in ("seed", "eval.split", "eval.num_tasks", "eval.max_steps", "env.make", "agent.prompt", "agent.sampling"):
+        assert OmegaConf.select(cfg, key) == OmegaConf.select(base, key), key

@@ -1,0 +1,117 @@
+"""Agent-R from the 80-demonstration clone, against its good-paths-only ablation, on the same dev goals.
+
+    python experiments/webshop_clone80_agent_r/table.py [arms' runs folder] [base recovery run] [the clone's dev run]
+
+Defaults: experiments/webshop_clone80_agentq/runs (``agent_r``: masked SFT on the revision and good
+paths of ``agentq_uct200``'s 200 UCT trees; ``agent_r_good``: the same trees' good paths only; both
+runs sit beside the trees they copied), experiments/webshop_clone80_agent_r/runs/base_recovery (the
+clone continuing its own failed prefixes) and experiments/webshop_bc_scale/runs/eval_n80 (the clone
+greedy on the 100 dev goals, whose failures are the recovery prefixes). Writes beside this file
+table.md / table.csv (greedy rows against the clone, recovery rows against the clone's recovery,
+the oracle on the same goals and step budget; appended: the two arms head to head, and where the
+agent_r run's data came from) and behaviour.md / behaviour.csv.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from agentq.compare import (
+    by_goal,
+    diagnostics_markdown,
+    evaluated_row,
+    last_by_goal,
+    oracle_study_row,
+    paired,
+    paired_cells,
+    write_rows,
+)
+from agentq.eval_modes import recovery_prefixes
+from agentq.layout import RunLayout
+from agentq.modes import RECOVERY, ZERO_SHOT
+from envs.webshop.episodes import behaviour_row
+
+STUDY = Path(__file__).parent
+ARMS = {
+    "agent_r": "Agent-R: masked SFT on 67 revisions + 113 good paths",
+    "agent_r_good": "Agent-R's ablation: the same 113 good paths only",
+}
+
+
+def head_to_head(runs_folder: Path) -> str:
+    """Agent-R against its ablation, goal by goal, greedy and in recovery."""
+    lines = [
+        "| mode | goals | Agent-R won / lost vs good-only (McNemar p) | reward, Agent-R - good-only [paired 95%] | identical |",
+        "|---|---|---|---|---|",
+    ]
+    for mode in (ZERO_SHOT, RECOVERY):
+        a = paired(
+            last_by_goal(runs_folder / "agent_r", mode),
+            last_by_goal(runs_folder / "agent_r_good", mode),
+        )
+        lines.append(
+            f"| {mode} | {a['goals']} | {' | '.join(paired_cells(a))} | {a['identical']} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def after_prefix(episodes: dict, prefixes: dict) -> dict:
+    """What recovery episodes did past the clone's prefix: went back (a click on "back to search"
+    or "< prev": the move a revision is about), wrote a THOUGHT, bought."""
+    counts = dict.fromkeys(("went back", "wrote a THOUGHT", "bought"), 0)
+    for goal, trajectory in episodes.items():
+        steps = trajectory["steps"][len(prefixes[goal]) :]
+        commands = [step["command"].lower() for step in steps]
+        counts["went back"] += any("back to search" in c or "prev" in c for c in commands)
+        counts["wrote a THOUGHT"] += any("THOUGHT" in step["action"] for step in steps)
+        counts["bought"] += any("buy now" in c for c in commands)
+    return counts
+
+
+def moves_markdown(moves: dict) -> str:
+    names = list(next(iter(moves.values())))
+    lines = [f"| policy | {' | '.join(names)} |", "|---|" + "---|" * len(names)]
+    lines += [f"| {who} | {' | '.join(str(c[n]) for n in names)} |" for who, c in moves.items()]
+    return "\n".join(lines) + "\n"
+
+
+def main(runs_folder: Path, base_recovery: Path, clone_run: Path) -> None:
+    clone, clone_recovery = last_by_goal(clone_run), by_goal(base_recovery, 0, RECOVERY)
+    rows = [evaluated_row("clone on 80 demonstrations, greedy", clone_run, "last", ZERO_SHOT)]
+    behaviours = [behaviour_row("clone on 80 demonstrations, greedy (dev)", clone)]
+    for arm, label in ARMS.items():
+        rows.append(evaluated_row(f"{label}, greedy", runs_folder / arm, "last", ZERO_SHOT, clone))
+        behaviours.append(behaviour_row(f"{label}, greedy (dev)", last_by_goal(runs_folder / arm)))
+    rows.append(
+        evaluated_row(
+            "clone, recovery (continues its own failed prefixes)", base_recovery, "base", RECOVERY
+        )
+    )
+    for arm, label in ARMS.items():
+        rows.append(
+            evaluated_row(f"{label}, recovery", runs_folder / arm, "last", RECOVERY, clone_recovery)
+        )
+    rows.append(oracle_study_row(runs_folder / "agent_r"))
+    prefixes = recovery_prefixes(RunLayout(clone_run), sorted(clone), fraction=0.5)
+    moves = {"clone": after_prefix(clone_recovery, prefixes)}
+    moves |= {
+        arm: after_prefix(last_by_goal(runs_folder / arm, RECOVERY), prefixes) for arm in ARMS
+    }
+    appendix = (
+        f"\nThe two arms head to head:\n\n{head_to_head(runs_folder)}"
+        f"\nWhat the recovery episodes did past the prefix (episodes of {len(prefixes)}):\n\n{moves_markdown(moves)}"
+        f"\nWhere the data of `agent_r` came from:\n\n{diagnostics_markdown(runs_folder / 'agent_r')}"
+    )
+    print(write_rows(STUDY, "table", rows, appendix=appendix))
+    print(write_rows(STUDY, "behaviour", behaviours))
+
+
+if __name__ == "__main__":
+    args = [Path(a) for a in sys.argv[1:]]
+    defaults = [
+        STUDY.parent / "webshop_clone80_agentq" / "runs",
+        STUDY / "runs" / "base_recovery",
+        STUDY.parent / "webshop_bc_scale" / "runs" / "eval_n80",
+    ]
+    main(*(args + defaults[len(args) :]))
