@@ -185,7 +185,9 @@ def check_kwargs(key: str, target: Callable, kwargs: Mapping[str, Any], *, owner
             if takes_any:
                 continue
             close = difflib.get_close_matches(name, sorted(named), n=1)
-            hint = f" (did you mean {key}.{close[0]}?)" if close else ""
+            # No close name: most often a key another config of the group set (a study's
+            # pairs.min_visits under pairs=revision), which only the command line can delete.
+            hint = f" (did you mean {key}.{close[0]}?)" if close else f" (left by another config? drop it with ~{key}.{name})"
             raise ValueError(f"{key}.{name}: {owner} takes no argument {name!r}{hint}")
         annotation = hints.get(name, parameters[name].annotation)
         if not matches(value, annotation):

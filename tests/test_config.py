@@ -220,7 +220,7 @@ def test_bad_trainer_values_fail_in_build_naming_the_key(make_cfg, no_load, over
         (["critic=llm_vote", "search=tot_bfs", "critic.num_votes=0"], "critic.num_votes"),
         (["critic=llm_value", "search=tot_bfs", "critic.scale=maybe"], "critic.scale"),
         (["objective=masked_sft", "search=mcts", "pairs.judge.max_chars=0"], "pairs.judge.max_chars"),
-        (["objective=masked_sft", "search=mcts", "+objective.beta=1.0"], "objective.beta"),  # left by another objective
+        (["objective=masked_sft", "search=mcts", "+objective.beta=1.0"], "drop it with ~objective.beta"),  # left by another objective
         (["agent.sampling.max_new_tokens=many"], "agent.sampling.max_new_tokens"),
         (["+logger.csv.flush_every=3"], "logger.csv.flush_every"),
         (["model.num_heads=0"], "model.num_heads"),
