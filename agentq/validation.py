@@ -338,7 +338,17 @@ def _tree_setting(cfg: DictConfig, key: str) -> Any:
     plain = OmegaConf.to_container(value, resolve=True)
     if key == "model":  # where converted weights are cached is not which weights
         plain.pop("cache_dir", None)
+        plain["adapter"] = _adapter_folders(plain.get("adapter"))
     return plain
+
+
+def _adapter_folders(adapter: Any) -> Any:
+    """``model.adapter`` as the absolute folders it names, in order: one folder or a list of
+    one, relative or absolute, name the same weights."""
+    chain = [adapter] if isinstance(adapter, str) else adapter
+    if not isinstance(chain, list) or not all(isinstance(item, str) for item in chain):
+        return adapter  # None, or a value the model's own check refuses
+    return [str(Path(item).expanduser().resolve()) for item in chain]
 
 
 def _int_or(value: Any, default: int) -> int:

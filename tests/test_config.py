@@ -243,6 +243,22 @@ def test_trees_from_must_name_a_run_that_searched_as_this_run_would(make_cfg, no
     build(make_cfg("+experiment=smoke", f"collect.trees_from={source}", "objective.beta=0.5", "pairs.threshold=0.2")).env.close()
 
 
+def test_trees_from_reads_one_adapter_however_its_path_is_written(make_cfg, tmp_path, monkeypatch):
+    from omegaconf import OmegaConf
+
+    from agentq.validation import check_trees_from
+
+    monkeypatch.chdir(tmp_path)  # the runs' relative paths are relative to where they were launched
+    (tmp_path / "clone" / "adapter").mkdir(parents=True)
+    source = tmp_path / "source"
+    source.mkdir()
+    OmegaConf.save(make_cfg("+experiment=smoke", "model.adapter=clone/adapter"), source / "config.yaml", resolve=True)
+    for written in (f"{tmp_path}/clone/adapter", "[clone/adapter]", "./clone/../clone/adapter"):
+        check_trees_from(make_cfg("+experiment=smoke", f"model.adapter={written}", f"collect.trees_from={source}"))
+    with pytest.raises(ValueError, match="another model "):
+        check_trees_from(make_cfg("+experiment=smoke", "model.adapter=[clone/adapter,clone/adapter]", f"collect.trees_from={source}"))
+
+
 def test_gpu_trainer_is_refused_only_for_runs_that_train(make_cfg, no_load):
     import torch
 
