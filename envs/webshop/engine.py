@@ -48,6 +48,7 @@ BACK_TO_SEARCH = "Back to Search"
 NEXT_PAGE = "Next >"
 PREV_PAGE = "< Prev"
 BUY_NOW = "Buy Now"
+TOTAL_RESULTS = "Total results"  # on a results page only (episodes.py reads it back)
 SUB_PAGES = {"Description": "description", "Features": "features", "Reviews": "reviews"}
 
 SEP = " [SEP] "
@@ -284,7 +285,7 @@ class WebShopEngine:
         labels = self.clickables(state)
         parts = [button(BACK_TO_SEARCH)]
         if page == "results":
-            parts.append(f"Page {state.page_num} (Total results: {len(state.results)})")
+            parts.append(f"Page {state.page_num} ({TOTAL_RESULTS}: {len(state.results)})")
             if PREV_PAGE in labels:
                 parts.append(button(PREV_PAGE))
             if NEXT_PAGE in labels:

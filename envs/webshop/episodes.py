@@ -11,7 +11,15 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from envs.webshop.engine import BACK_TO_SEARCH, BUY_NOW, NEXT_PAGE, PREV_PAGE, SUB_PAGES, button
+from envs.webshop.engine import (
+    BACK_TO_SEARCH,
+    BUY_NOW,
+    NEXT_PAGE,
+    PREV_PAGE,
+    SUB_PAGES,
+    TOTAL_RESULTS,
+    button,
+)
 
 # Every button of a product page that is not an option.
 NAVIGATION = frozenset({BUY_NOW, BACK_TO_SEARCH, PREV_PAGE, NEXT_PAGE, *SUB_PAGES})
@@ -29,7 +37,7 @@ def episode_behaviour(trajectory: dict) -> tuple[int | None, int, bool]:
         clicked = _CLICK.fullmatch(step["command"] or "")
         if not clicked:
             continue
-        ids = RESULT_IDS.findall(page) if "Total results" in page else []
+        ids = RESULT_IDS.findall(page) if TOTAL_RESULTS in page else []
         if clicked[1] in ids and opened is None:
             opened = ids.index(clicked[1]) + 1
         elif button(BUY_NOW) in page and clicked[1] not in NAVIGATION:

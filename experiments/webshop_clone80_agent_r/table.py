@@ -30,9 +30,11 @@ from agentq.compare import (
 from agentq.eval_modes import recovery_prefixes
 from agentq.layout import RunLayout
 from agentq.modes import RECOVERY, ZERO_SHOT
+from envs.webshop.engine import BACK_TO_SEARCH, BUY_NOW, PREV_PAGE
 from envs.webshop.episodes import behaviour_row
 
 STUDY = Path(__file__).parent
+BACK = (f"click[{BACK_TO_SEARCH}]", f"click[{PREV_PAGE}]")  # the clicks that undo a choice
 ARMS = {
     "agent_r": "Agent-R: masked SFT on 67 revisions + 113 good paths",
     "agent_r_good": "Agent-R's ablation: the same 113 good paths only",
@@ -62,10 +64,10 @@ def after_prefix(episodes: dict, prefixes: dict) -> dict:
     counts = dict.fromkeys(("went back", "wrote a THOUGHT", "bought"), 0)
     for goal, trajectory in episodes.items():
         steps = trajectory["steps"][len(prefixes[goal]) :]
-        commands = [step["command"].lower() for step in steps]
-        counts["went back"] += any("back to search" in c or "prev" in c for c in commands)
+        commands = [step["command"] for step in steps]
+        counts["went back"] += any(c in BACK for c in commands)
         counts["wrote a THOUGHT"] += any("THOUGHT" in step["action"] for step in steps)
-        counts["bought"] += any("buy now" in c for c in commands)
+        counts["bought"] += f"click[{BUY_NOW}]" in commands
     return counts
 
 
