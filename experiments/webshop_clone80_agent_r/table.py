@@ -8,8 +8,9 @@ runs sit beside the trees they copied), experiments/webshop_clone80_agent_r/runs
 clone continuing its own failed prefixes) and experiments/webshop_bc_scale/runs/eval_n80 (the clone
 greedy on the 100 dev goals, whose failures are the recovery prefixes). Writes beside this file
 table.md / table.csv (greedy rows against the clone, recovery rows against the clone's recovery,
-the oracle on the same goals and step budget; appended: the two arms head to head, and where the
-agent_r run's data came from) and behaviour.md / behaviour.csv.
+the oracle on the same goals and step budget; appended: the two arms head to head, what the
+recovery episodes did past the prefix, and where the agent_r run's data came from) and
+behaviour.md / behaviour.csv.
 """
 
 from __future__ import annotations
@@ -17,8 +18,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from omegaconf import OmegaConf
+
 from agentq.compare import (
     by_goal,
+    commands,
     diagnostics_markdown,
     evaluated_row,
     last_by_goal,
@@ -58,16 +62,19 @@ def head_to_head(runs_folder: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def after_prefix(episodes: dict, prefixes: dict) -> dict:
-    """What recovery episodes did past the clone's prefix: went back (a click on "back to search"
-    or "< prev": the move a revision is about), wrote a THOUGHT, bought."""
-    counts = dict.fromkeys(("went back", "wrote a THOUGHT", "bought"), 0)
+def after_prefix(episodes: dict, prefixes: dict, clone: dict) -> dict:
+    """What recovery episodes did past the clone's prefix: went back (a click on "Back to Search"
+    or "< Prev": the move a revision is about), wrote a THOUGHT, bought, and replayed the clone's
+    own failed episode command for command."""
+    names = ("went back", "wrote a THOUGHT", "bought", "replayed the clone's episode")
+    counts = dict.fromkeys(names, 0)
     for goal, trajectory in episodes.items():
+        counts["replayed the clone's episode"] += commands(trajectory) == commands(clone[goal])
         steps = trajectory["steps"][len(prefixes[goal]) :]
-        commands = [step["command"] for step in steps]
-        counts["went back"] += any(c in BACK for c in commands)
+        taken = [step["command"] for step in steps]
+        counts["went back"] += any(c in BACK for c in taken)
         counts["wrote a THOUGHT"] += any("THOUGHT" in step["action"] for step in steps)
-        counts["bought"] += f"click[{BUY_NOW}]" in commands
+        counts["bought"] += f"click[{BUY_NOW}]" in taken
     return counts
 
 
@@ -95,10 +102,12 @@ def main(runs_folder: Path, base_recovery: Path, clone_run: Path) -> None:
             evaluated_row(f"{label}, recovery", runs_folder / arm, "last", RECOVERY, clone_recovery)
         )
     rows.append(oracle_study_row(runs_folder / "agent_r"))
-    prefixes = recovery_prefixes(RunLayout(clone_run), sorted(clone), fraction=0.5)
-    moves = {"clone": after_prefix(clone_recovery, prefixes)}
+    fraction = OmegaConf.load(RunLayout(runs_folder / "agent_r").config).eval.recovery_fraction
+    prefixes = recovery_prefixes(RunLayout(clone_run), sorted(clone), fraction)
+    moves = {"clone": after_prefix(clone_recovery, prefixes, clone)}
     moves |= {
-        arm: after_prefix(last_by_goal(runs_folder / arm, RECOVERY), prefixes) for arm in ARMS
+        arm: after_prefix(last_by_goal(runs_folder / arm, RECOVERY), prefixes, clone)
+        for arm in ARMS
     }
     appendix = (
         f"\nThe two arms head to head:\n\n{head_to_head(runs_folder)}"
