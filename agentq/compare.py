@@ -495,14 +495,20 @@ def to_csv(rows: list[dict]) -> str:
     return buffer.getvalue()
 
 
+def rows_markdown(rows: list[dict]) -> str:
+    """Rows of cells as a markdown table, the first row's keys the columns; a cell a row lacks is a dash."""
+    columns = list(rows[0])
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(str(r.get(c, NOT_EVALUATED)) for c in columns) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
 def write_rows(folder: Path, stem: str, rows: list[dict], appendix: str = "") -> str:
     """A study's own table (rows of cells, the first row's keys the columns) as ``<stem>.md`` and
     ``<stem>.csv`` in ``folder``; a cell a row lacks is a dash. ``appendix`` (markdown) follows
     the table in ``<stem>.md`` only. Returns the markdown."""
     columns = list(rows[0])
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(str(r.get(c, NOT_EVALUATED)) for c in columns) + " |" for r in rows]
-    markdown = "\n".join(lines) + "\n" + appendix
+    markdown = rows_markdown(rows) + appendix
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, columns, restval=NOT_EVALUATED, lineterminator="\n")
     writer.writeheader()

@@ -29,6 +29,7 @@ from agentq.compare import (
     oracle_study_row,
     paired,
     paired_cells,
+    rows_markdown,
     write_rows,
 )
 from agentq.eval_modes import recovery_prefixes
@@ -45,21 +46,16 @@ ARMS = {
 }
 
 
-def head_to_head(runs_folder: Path) -> str:
-    """Agent-R against its ablation, goal by goal, greedy and in recovery."""
-    lines = [
-        "| mode | goals | Agent-R won / lost vs good-only (McNemar p) | reward, Agent-R - good-only [paired 95%] | identical |",
-        "|---|---|---|---|---|",
-    ]
-    for mode in (ZERO_SHOT, RECOVERY):
-        a = paired(
-            last_by_goal(runs_folder / "agent_r", mode),
-            last_by_goal(runs_folder / "agent_r_good", mode),
-        )
-        lines.append(
-            f"| {mode} | {a['goals']} | {' | '.join(paired_cells(a))} | {a['identical']} |"
-        )
-    return "\n".join(lines) + "\n"
+def head_to_head(agent_r: dict, good_only: dict) -> dict:
+    """Agent-R against its ablation on the goals both played (by goal, as ``last_by_goal``)."""
+    a = paired(agent_r, good_only)
+    won_lost, reward = paired_cells(a)
+    return {
+        "goals": a["goals"],
+        "Agent-R won / lost vs good-only (McNemar p)": won_lost,
+        "reward, Agent-R - good-only [paired 95%]": reward,
+        "identical": a["identical"],
+    }
 
 
 def after_prefix(episodes: dict, prefixes: dict, clone: dict) -> dict:
@@ -78,40 +74,35 @@ def after_prefix(episodes: dict, prefixes: dict, clone: dict) -> dict:
     return counts
 
 
-def moves_markdown(moves: dict) -> str:
-    names = list(next(iter(moves.values())))
-    lines = [f"| policy | {' | '.join(names)} |", "|---|" + "---|" * len(names)]
-    lines += [f"| {who} | {' | '.join(str(c[n]) for n in names)} |" for who, c in moves.items()]
-    return "\n".join(lines) + "\n"
-
-
 def main(runs_folder: Path, base_recovery: Path, clone_run: Path) -> None:
     clone, clone_recovery = last_by_goal(clone_run), by_goal(base_recovery, 0, RECOVERY)
+    arms = {
+        arm: {mode: last_by_goal(runs_folder / arm, mode) for mode in (ZERO_SHOT, RECOVERY)}
+        for arm in ARMS
+    }
     rows = [evaluated_row("clone on 80 demonstrations, greedy", clone_run, "last", ZERO_SHOT)]
     behaviours = [behaviour_row("clone on 80 demonstrations, greedy (dev)", clone)]
     for arm, label in ARMS.items():
         rows.append(evaluated_row(f"{label}, greedy", runs_folder / arm, "last", ZERO_SHOT, clone))
-        behaviours.append(behaviour_row(f"{label}, greedy (dev)", last_by_goal(runs_folder / arm)))
-    rows.append(
-        evaluated_row(
-            "clone, recovery (continues its own failed prefixes)", base_recovery, "base", RECOVERY
-        )
-    )
+        behaviours.append(behaviour_row(f"{label}, greedy (dev)", arms[arm][ZERO_SHOT]))
+    recovery = "clone, recovery (continues its own failed prefixes)"
+    rows.append(evaluated_row(recovery, base_recovery, "base", RECOVERY))
     for arm, label in ARMS.items():
         rows.append(
             evaluated_row(f"{label}, recovery", runs_folder / arm, "last", RECOVERY, clone_recovery)
         )
     rows.append(oracle_study_row(runs_folder / "agent_r"))
+    versus = [
+        {"mode": mode} | head_to_head(arms["agent_r"][mode], arms["agent_r_good"][mode])
+        for mode in (ZERO_SHOT, RECOVERY)
+    ]
     fraction = OmegaConf.load(RunLayout(runs_folder / "agent_r").config).eval.recovery_fraction
     prefixes = recovery_prefixes(RunLayout(clone_run), sorted(clone), fraction)
-    moves = {"clone": after_prefix(clone_recovery, prefixes, clone)}
-    moves |= {
-        arm: after_prefix(last_by_goal(runs_folder / arm, RECOVERY), prefixes, clone)
-        for arm in ARMS
-    }
+    moves = [{"policy": "clone"} | after_prefix(clone_recovery, prefixes, clone)]
+    moves += [{"policy": arm} | after_prefix(arms[arm][RECOVERY], prefixes, clone) for arm in ARMS]
     appendix = (
-        f"\nThe two arms head to head:\n\n{head_to_head(runs_folder)}"
-        f"\nWhat the recovery episodes did past the prefix (episodes of {len(prefixes)}):\n\n{moves_markdown(moves)}"
+        f"\nThe two arms head to head:\n\n{rows_markdown(versus)}"
+        f"\nWhat the recovery episodes did past the prefix (episodes of {len(prefixes)}):\n\n{rows_markdown(moves)}"
         f"\nWhere the data of `agent_r` came from:\n\n{diagnostics_markdown(runs_folder / 'agent_r')}"
     )
     print(write_rows(STUDY, "table", rows, appendix=appendix))
