@@ -1,9 +1,15 @@
 """The per-iteration diagnostics of issue 17 on hand-built trees: the critic's agreement
-with the tree's backed-up values, where the pairs came from, and cost per success."""
+with the tree's backed-up values, where the pairs came from, whether a policy took them, and cost per success."""
 
 import pytest
 
-from agentq.data.diagnostics import critic_agreement, kendall_tau_b, pair_sources, sft_sources
+from agentq.data.diagnostics import (
+    critic_agreement,
+    kendall_tau_b,
+    moves_at_pairs,
+    pair_sources,
+    sft_sources,
+)
 from agentq.data.pairs import StepPairBuilder
 from agentq.evaluate import aggregate
 from agentq.records.examples import SFTExample, StepPair
@@ -86,6 +92,26 @@ def test_pairs_split_into_outcome_backed_and_critic_only():
     assert untried >= 1  # A vs D and B vs D: D was never visited, yet its Q_mcts 0 makes them outcome-backed
     assert sources["critic_only"] >= 1 and sources["outcome"] >= 1  # A vs C (both Q .2), A vs B
     assert pair_sources([], pairs)["unmatched"] == len(pairs)
+
+
+def test_moves_at_pairs_reads_what_an_episode_did_at_each_pair_state():
+    t = tree()
+    pairs = StepPairBuilder(threshold=0.1)(t)
+    under_a = next(p for p in pairs if p.node_id == 1)  # its state is reached by the command "a"
+    assert (under_a.chosen, under_a.rejected) == ("E", "F")
+    searched = [SearchResult(t, [], None)]
+
+    def moves(*taken, goal=7, pair=under_a):
+        return moves_at_pairs(searched, [pair], {goal: list(taken)})
+
+    assert moves("a", "e") == {"pairs": 1, "state reached": 1, "took the chosen": 1, "took the rejected": 0, "took another": 0}
+    assert moves("a", "f")["took the rejected"] == moves("a", "x")["took another"] == 1
+    assert moves("b", "e")["state reached"] == moves("a")["state reached"] == 0  # left its path; ended at the state
+    assert moves("a", "e", goal=8)["pairs"] == 0  # no episode of the pair's goal
+    at_root = next(p for p in pairs if p.node_id == 0)  # the empty path: every episode reaches it
+    assert moves(at_root.chosen.lower(), pair=at_root)["took the chosen"] == 1
+    t.nodes[6].command = "e"  # F executed E's command: the pair cannot be read off commands
+    assert moves("a", "e")["pairs"] == 0
 
 
 def test_cost_per_success_divides_all_tasks_spending_by_the_solved_ones():

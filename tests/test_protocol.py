@@ -190,6 +190,23 @@ def test_the_clone80_studies_read_dev_goals_only_and_pair_with_the_clones_dev_ro
     assert (cfg.seed, cfg.collect) == (rft.seed, rft.collect)
 
 
+def test_the_clone80_fit_study_searches_a_quarter_of_the_dev_goals_it_is_evaluated_on(make_cfg):
+    from omegaconf import OmegaConf
+
+    from agentq.components import build
+
+    adapter = "model.adapter=experiments/webshop_bc_scale/runs/n80/iter_001/adapter"
+    cfg = make_cfg("+experiment=webshop_base", "+study=webshop_clone80_fit", adapter)
+    assert cfg.tuning and cfg.collect.split == cfg.eval.split == "dev" and cfg.eval.base
+    assert cfg.collect.num_tasks == cfg.eval.num_tasks // 4 == cfg.env.make.dev_size // 4  # a quarter searched
+    # The search, pairs and update of webshop_clone80_agentq's run at beta 0.1, which trained on training goals.
+    b01 = OmegaConf.load(CONF.parent / "experiments/webshop_clone80_agentq/config/agentq_uct200_b01.yaml")
+    for key in ("seed", "model.adapter", "agent", "critic", "search", "pairs", "objective", "trainer", "eval.max_steps"):
+        assert OmegaConf.select(cfg, key) == OmegaConf.select(b01, key), key
+    with pytest.raises(ValueError, match="tuning=true .* with eval.split=test"):
+        build(make_cfg("+experiment=webshop_base", "+study=webshop_clone80_fit", adapter, "eval.split=test"))
+
+
 def test_the_clone80_agent_r_study_trains_on_the_trees_agent_q_searched_and_reads_dev_goals_only(make_cfg, tmp_path):
     import shutil
 

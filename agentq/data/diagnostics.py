@@ -29,6 +29,10 @@ by that value (Eq. 11), so two questions decide whether its data can help:
   outcome: the pairs with an untried action are counted apart as well. Eq. 10 orders
   a pair by the blend, so an outcome-backed pair can choose the action whose returns
   were lower when the critic scored it higher: those are counted apart too.
+- **Did the policy learn its pairs?** On the goals searched, the trained policy's
+  episodes: at each pair's state they reach, the chosen action's command or the
+  rejected one's (``moves_at_pairs``). It tells an update that did not fit its own
+  pairs from one that fitted them and did not carry to other goals.
 - **What the SFT data is made of** (RFT, Agent-R): examples by source, and where
   each Agent-R revision was spliced: at a step the actor judged Bad, or at the
   divergence point because it judged none Bad (the fallback).
@@ -37,7 +41,7 @@ by that value (Eq. 11), so two questions decide whether its data can help:
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from itertools import combinations
 from statistics import fmean
 from typing import Any
@@ -141,6 +145,38 @@ def pair_sources(results: Iterable[SearchResult], pairs: Iterable[Any]) -> dict[
             counts["outcome" if chosen[0] != rejected[0] else "critic_only"] += 1
             counts["untried"] += chosen[1] == 0 or rejected[1] == 0
             counts["against_outcome"] += chosen[0] < rejected[0]
+    return counts
+
+
+PAIR_MOVES = ("pairs", "state reached", "took the chosen", "took the rejected", "took another")
+
+
+def moves_at_pairs(
+    results: Iterable[SearchResult], pairs: Iterable[Any], episodes: Mapping[Any, Sequence[str]]
+) -> dict[str, int]:
+    """Whether a policy learnt its pairs, read off its episodes (task id -> the commands it
+    executed): for each step pair, did the episode reach the pair's state (the commands of the
+    tree's path from the root, in order) and there execute the chosen action's command, the
+    rejected one's, or another. A fit check on the goals searched: a pair says nothing about an
+    episode of another goal, nor about one that left its path earlier. Pairs whose actions
+    executed one command, or whose goal has no episode, are not counted."""
+    trees = {str(r.tree.task_id): r.tree for r in results}
+    counts = dict.fromkeys(PAIR_MOVES, 0)
+    for pair in pairs:
+        tree, taken = trees.get(str(pair.task_id)), episodes.get(pair.task_id)
+        if not isinstance(pair, StepPair) or tree is None or taken is None:
+            continue
+        state = tree.nodes[pair.node_id]
+        command = {child.action: child.command for child in tree.children(state)}
+        moves = {command[pair.chosen]: "took the chosen", command[pair.rejected]: "took the rejected"}
+        if len(moves) < 2:
+            continue
+        counts["pairs"] += 1
+        path = [node.command for node in tree.path(state)[1:]]
+        if list(taken[: len(path)]) != path or len(taken) == len(path):
+            continue
+        counts["state reached"] += 1
+        counts[moves.get(taken[len(path)], "took another")] += 1
     return counts
 
 
