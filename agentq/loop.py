@@ -99,12 +99,14 @@ def improve(parts: Components, book: RunBook, weights: Weights, iteration: int, 
     # (benchmarks/bench_idle_thread.py). The engine gives its team back when idle; closing it
     # also ends its thread, which starts again at the next request or serve().
     weights.engine.close()
-    with book.phase(iteration, "train"), phase(f"train (iter {iteration})", unit="examples", bar=False) as advance:
+    # The rate is of batches trained (every epoch's): per example it read 1/epochs of the throughput.
+    name = f"train (iter {iteration}, {len(examples)} examples)"
+    with book.phase(iteration, "train"), phase(name, unit="batches", bar=False) as advance:
         peft_model, metrics = fit(
             model, tokenizer, examples, objective=parts.objective, out_dir=layout.iteration(iteration),
             loggers=book.loggers, seed=parts.seed + iteration, **parts.training.fit_kwargs(),
         )  # fmt: skip
-        advance(len(examples))
+        advance(metrics.get("steps", 0))
     write_json(layout.train_metrics(iteration), metrics)
     return peft_model.merge_and_unload()
 

@@ -1,6 +1,7 @@
 """End-to-end runs of the whole loop with the tiny random model (slow tier)."""
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -295,10 +296,13 @@ def test_search_modes_run_on_the_first_search_num_tasks_goals(make_cfg):
     assert base["eval"]["committed"]["num_tasks"] == base["eval"]["verifier"]["num_tasks"] == 1
 
 
-def test_behaviour_cloning_trains_on_the_oracle_and_becomes_the_next_runs_base(make_cfg, tmp_path):
+def test_behaviour_cloning_trains_on_the_oracle_and_becomes_the_next_runs_base(make_cfg, tmp_path, caplog):
     tiny = ("model=tiny", "logger=csv", "eval.num_tasks=1", "agent.sampling.max_new_tokens=8")
-    cfg = make_cfg("+experiment=webshop_bc", "collect.num_tasks=2", "trainer.lightning.max_epochs=1", *tiny)
+    cfg = make_cfg("+experiment=webshop_bc", "collect.num_tasks=2", "trainer.lightning.max_epochs=2", *tiny)
+    caplog.set_level(logging.INFO, logger="agentq")
     summary = run(cfg)
+    # The training line's rate counts the batches of every epoch (2 examples x 2 epochs, batch 1).
+    assert any(r.getMessage().startswith("train (iter 1, 2 examples): 4 batches in ") for r in caplog.records)
     assert [set(it["eval"]) for it in summary["iterations"]] == [{"zero_shot"}, {"zero_shot"}]
     run_dir = Path(cfg.paths.run_dir)
     examples = [json.loads(line) for line in (run_dir / "iter_001" / "examples.jsonl").read_text().splitlines()]
