@@ -162,9 +162,9 @@ def moves_at_pairs(
     executed one command, or whose goal has no episode, are not counted."""
     trees = {str(r.tree.task_id): r.tree for r in results}
     counts = dict.fromkeys(PAIR_MOVES, 0)
-    for pair in pairs:
+    for pair in (p for p in pairs if isinstance(p, StepPair)):
         tree, taken = trees.get(str(pair.task_id)), episodes.get(pair.task_id)
-        if not isinstance(pair, StepPair) or tree is None or taken is None:
+        if tree is None or taken is None:
             continue
         state = tree.nodes[pair.node_id]
         command = {child.action: child.command for child in tree.children(state)}
@@ -173,7 +173,7 @@ def moves_at_pairs(
             continue
         counts["pairs"] += 1
         path = [node.command for node in tree.path(state)[1:]]
-        if list(taken[: len(path)]) != path or len(taken) == len(path):
+        if len(taken) <= len(path) or list(taken[: len(path)]) != path:
             continue
         counts["state reached"] += 1
         counts[moves.get(taken[len(path)], "took another")] += 1
