@@ -451,11 +451,11 @@ def diagnostics_markdown(run_dir: Path) -> str:
         return ""
     lines = [
         "| iteration | examples | outcome-backed pairs | of which chose the lower return | critic-only pairs "
-        "| pairs with an untried action "
+        "| pairs with an untried action | pairs choosing a later / an earlier listed action "
         "| critic tau vs backed-up Q (nodes) | critic top-1 | critic tau vs first returns (nodes) "
         "| SFT: revisions judged / fallback / good paths / good paths that succeeded / RFT successes "
         "| zero-shot success % [95% CI] | avg reward [95% CI] |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     dash = NOT_EVALUATED
     for it in json.loads(summary.read_text())["iterations"]:
@@ -465,7 +465,7 @@ def diagnostics_markdown(run_dir: Path) -> str:
         if search is None and episodes is None:
             continue
         if search is None:
-            lines.append(f"| {it['iteration']} | {' | '.join([dash] * 9)} | {evaluated} |")
+            lines.append(f"| {it['iteration']} | {' | '.join([dash] * 10)} | {evaluated} |")
             continue
         pairs, critic, sft = search["pairs"], search["critic"], search.get("sft", {})
         tau = dash if critic["kendall_tau"] is None else f"{critic['kendall_tau']:.2f} ({critic['tau_nodes']})"
@@ -473,9 +473,10 @@ def diagnostics_markdown(run_dir: Path) -> str:
         first = critic.get("first_return_tau")  # None, or absent in runs made before it was recorded
         first = dash if first is None else f"{first:.2f} ({critic['first_return_nodes']})"
         sources = " / ".join(str(sft.get(k, 0)) for k in SFT_SOURCES)
+        listed = f"{pairs['chose_later']} / {pairs['chose_earlier']}" if "chose_later" in pairs else dash  # absent in older runs
         lines.append(
             f"| {it['iteration']} | {it.get('num_examples', dash)} | {pairs['outcome']} "
-            f"| {pairs.get('against_outcome', dash)} | {pairs['critic_only']} | {pairs.get('untried', dash)} | {tau} | {top1} | {first} | {sources} | {evaluated} |"
+            f"| {pairs.get('against_outcome', dash)} | {pairs['critic_only']} | {pairs.get('untried', dash)} | {listed} | {tau} | {top1} | {first} | {sources} | {evaluated} |"
         )
     return "\n".join(lines) + "\n" if len(lines) > 2 else ""
 

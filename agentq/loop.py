@@ -118,7 +118,8 @@ def build_examples(parts: Components, searches, policy, iteration: int) -> list:
         for result in searches:
             examples += parts.pair_builder.from_search(result, policy)
             advance(1)
-    return examples
+    select = getattr(parts.pair_builder, "select", None)  # a selection across trees (StepPairBuilder)
+    return examples if select is None else select(searches, examples)
 
 
 def collect(parts: Components, book: RunBook, weights: Weights, policy, iteration: int, train_ids, pool: RayPool | None) -> list:

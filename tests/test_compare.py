@@ -121,18 +121,19 @@ def test_cost_per_success_and_where_the_data_came_from(tmp_path):
     assert base["tasks"] == 0 and "| - | - | 0 | - | - |" in compare.to_markdown([base])
 
     assert compare.diagnostics_markdown(run_dir) == ""  # no summary yet
-    search = {"pairs": {"outcome": 7, "critic_only": 5, "unmatched": 0, "untried": 3, "against_outcome": 2},
+    search = {"pairs": {"outcome": 7, "critic_only": 5, "unmatched": 0, "untried": 3, "against_outcome": 2,
+                        "chose_later": 4, "chose_earlier": 1},
               "critic": {"nodes": 9, "kendall_tau": 0.25, "tau_nodes": 4, "top1": 0.5,
                          "first_return_tau": -0.5, "first_return_nodes": 6}}  # fmt: skip
     summary = {"iterations": [{"iteration": 0, "eval": {}}, {"iteration": 1, "num_examples": 12, "search": search}]}
     (run_dir / "summary.json").write_text(json.dumps(summary))
-    assert "| 1 | 12 | 7 | 2 | 5 | 3 | 0.25 (4) | 0.50 | -0.50 (6) |" in compare.diagnostics_markdown(run_dir)
+    assert "| 1 | 12 | 7 | 2 | 5 | 3 | 4 / 1 | 0.25 (4) | 0.50 | -0.50 (6) |" in compare.diagnostics_markdown(run_dir)
     assert "| 0 |" not in compare.diagnostics_markdown(run_dir)  # the base was not evaluated: no line
     _episode(run_dir / "iter_000" / "eval" / "zero_shot", 0, False, 0.25, 5)
     lines = compare.diagnostics_markdown(run_dir).splitlines()
     # Each iteration's line ends with its policy's zero-shot evaluation (iteration 0: the base).
     lo, hi = (100 * x for x in compare.wilson_interval(2, 3))
-    assert lines[2] == "| 0 | - | - | - | - | - | - | - | - | - | 0.0 [0.0, 79.3] | 0.250 [0.250, 0.250] |"
+    assert lines[2] == "| 0 | - | - | - | - | - | - | - | - | - | - | 0.0 [0.0, 79.3] | 0.250 [0.250, 0.250] |"
     assert lines[3].endswith(f"| 66.7 [{lo:.1f}, {hi:.1f}] | 0.667 [0.000, 1.000] |")
     compare.write_table(tmp_path, "python -m agentq.compare --env webshop", (compare.METHODS[0],))
     assert "| 1 | 12 | 7 | 2 | 5 | 3 |" in (tmp_path / "table.md").read_text()

@@ -88,7 +88,8 @@ def test_pairs_split_into_outcome_backed_and_critic_only():
         if min(c.visits for c in t.children(t.nodes[p.node_id]) if c.action in (p.chosen, p.rejected)) == 0
     )  # fmt: skip
     expected = {"outcome": len(pairs) - expected_critic_only, "critic_only": expected_critic_only, "unmatched": 0}
-    assert sources == expected | {"untried": untried, "against_outcome": 0}  # every outcome-backed pair follows Q_mcts
+    unlisted = {"chose_later": 0, "chose_earlier": 0}  # the hand tree lists no valid actions
+    assert sources == expected | {"untried": untried, "against_outcome": 0} | unlisted  # every outcome-backed pair follows Q_mcts
     assert untried >= 1  # A vs D and B vs D: D was never visited, yet its Q_mcts 0 makes them outcome-backed
     assert sources["critic_only"] >= 1 and sources["outcome"] >= 1  # A vs C (both Q .2), A vs B
     assert pair_sources([], pairs)["unmatched"] == len(pairs)
@@ -156,7 +157,8 @@ def test_a_pair_eq10_orders_against_its_returns_is_counted_and_can_be_dropped():
     assert [(p.chosen, p.rejected) for p in pairs] == [("X", "Y"), ("X", "W"), ("Y", "W")]
     # X over Y: the critic outweighed a higher return. X over W: equal returns, the critic's call.
     sources = pair_sources([SearchResult(t, [], None)], pairs)
-    assert sources == {"outcome": 2, "critic_only": 1, "unmatched": 0, "untried": 0, "against_outcome": 1}
+    assert sources == {"outcome": 2, "critic_only": 1, "unmatched": 0, "untried": 0, "against_outcome": 1,
+                       "chose_later": 0, "chose_earlier": 0}  # fmt: skip
     backed = StepPairBuilder(threshold=0.1, outcome_only=True)(t)
     assert [(p.chosen, p.rejected) for p in backed] == [("X", "Y"), ("Y", "W")]
     agreeing = StepPairBuilder(threshold=0.1, agree_with_outcome=True)(t)

@@ -41,3 +41,55 @@ def test_threshold_filters_and_min_visits():
 def test_threshold_outside_unit_interval(theta):
     with pytest.raises(ValueError, match="pairs.threshold"):
         StepPairBuilder(threshold=theta)
+
+
+RESULTS = ("click[Back to Search]", "click[r1]", "click[r2]", "click[r3]")
+
+
+def results_page(task_id, *tried: tuple[str, float]) -> Tree:
+    """A results page listing r1, r2, r3 (in that order) whose children executed the ``tried``
+    commands with those backed-up returns, with no critic (alpha 1): each value gap gives a pair."""
+    tree = Tree(task_id=task_id, alpha=1.0)
+    page = History("results").extend("search[x]", "r1 r2 r3", RESULTS)
+    tree.add(Node(id=0, parent=None, depth=0, history=page, visits=len(tried)))
+    for i, (command, q) in enumerate(tried):
+        tree.add(Node(id=0, parent=0, depth=1, history=page, action=f"THOUGHT {i} COMMAND: {command}", command=command, visits=1, q_mcts=q))
+    return tree
+
+
+def test_balance_order_keeps_as_many_pairs_choosing_a_later_listed_action_as_an_earlier_one():
+    from types import SimpleNamespace
+
+    from agentq.data.diagnostics import pair_sources
+    from agentq.data.pairs import chose_later
+    from agentq.loop import build_examples
+    from agentq.records.tree import SearchResult
+
+    trees = [
+        results_page(1, ("click[r1]", 0.0), ("click[r2]", 1.0)),  # later
+        results_page(2, ("click[r1]", 0.0), ("click[r3]", 1.0)),  # later
+        results_page(3, ("click[r2]", 0.2), ("click[r3]", 0.9)),  # later
+        results_page(4, ("click[r1]", 1.0), ("click[r2]", 0.0)),  # earlier
+        results_page(5, ("search[a]", 1.0), ("search[b]", 0.0)),  # not listed (free text): kept
+        results_page(6, ("click[r3]", 0.0), ("click[r3]", 1.0)),  # one listed action twice: kept
+    ]
+    results = [SearchResult(t, [], None) for t in trees]
+    builder = StepPairBuilder(threshold=0.1, balance_order=True)
+    pairs = [p for t in trees for p in builder(t)]
+    by_tree = {t.task_id: t for t in trees}
+    assert [chose_later(by_tree[p.task_id], p) for p in pairs] == [True, True, True, False, None, None]
+
+    counted = pair_sources(results, pairs)
+    assert (counted["chose_later"], counted["chose_earlier"]) == (3, 1)
+
+    kept = builder.select(results, pairs)
+    counted = pair_sources(results, kept)  # what the iteration's diagnostics record
+    assert (counted["chose_later"], counted["chose_earlier"]) == (1, 1)
+    later = [chose_later(by_tree[p.task_id], p) for p in kept]
+    assert later.count(True) == later.count(False) == 1 and later.count(None) == 2
+    assert [p.task_id for p in kept] == sorted(p.task_id for p in kept)  # in the order built
+    # The same pairs whatever order the trees finished in, and the loop trains on them.
+    assert {p.task_id for p in builder.select(results[::-1], pairs[::-1])} == {p.task_id for p in kept}
+    loop = build_examples(SimpleNamespace(pair_builder=builder), results, None, 1)
+    assert [(p.task_id, p.chosen) for p in loop] == [(p.task_id, p.chosen) for p in kept]
+    assert StepPairBuilder(threshold=0.1).select(results, pairs) == pairs  # off by default

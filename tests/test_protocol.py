@@ -202,9 +202,50 @@ def test_the_clone80_fit_study_searches_a_quarter_of_the_dev_goals_it_is_evaluat
     # The search, pairs and update of webshop_clone80_agentq's run at beta 0.1, which trained on training goals.
     b01 = OmegaConf.load(CONF.parent / "experiments/webshop_clone80_agentq/config/agentq_uct200_b01.yaml")
     for key in ("seed", "model.adapter", "agent", "critic", "search", "pairs", "objective", "trainer", "eval.max_steps"):
-        assert OmegaConf.select(cfg, key) == OmegaConf.select(b01, key), key
+        assert settings(cfg, key) == settings(b01, key), key
     with pytest.raises(ValueError, match="tuning=true .* with eval.split=test"):
         build(make_cfg("+experiment=webshop_base", "+study=webshop_clone80_fit", adapter, "eval.split=test"))
+
+
+def test_the_clone80_balanced_study_is_the_b01_update_on_order_balanced_pairs_beside_its_control(make_cfg, tmp_path):
+    import shutil
+
+    from omegaconf import OmegaConf
+
+    from agentq.components import build
+    from agentq.validation import check_trees_from
+
+    adapter = "model.adapter=experiments/webshop_bc_scale/runs/n80/iter_001/adapter"
+    cfg = make_cfg("+experiment=webshop_base", "+study=webshop_clone80_balanced", adapter)
+    assert cfg.tuning and cfg.collect.split == "train" and cfg.eval.split == "dev" and not cfg.eval.base
+    assert cfg.pairs.balance_order and cfg.collect.num_tasks == 100
+    with pytest.raises(ValueError, match="tuning=true .* with eval.split=test"):
+        build(make_cfg("+experiment=webshop_base", "+study=webshop_clone80_balanced", adapter, "eval.split=test"))
+    # webshop_clone80_agentq's b01 arm but for the goals searched and the pairs' selection.
+    b01 = OmegaConf.load(CONF.parent / "experiments/webshop_clone80_agentq/config/agentq_uct200_b01.yaml")
+    for key in ("seed", "model", "agent", "critic", "search", "objective", "trainer", "eval", "env.make"):
+        assert settings(cfg, key) == settings(b01, key), key
+    assert settings(cfg, "pairs") == settings(b01, "pairs") | {"balance_order": True}
+    # Its base row is webshop_clone80_fit's clone episodes: the same weights, goals, budget and decoding.
+    fit = OmegaConf.load(CONF.parent / "experiments/webshop_clone80_fit/config/fit.yaml")
+    for key in ("seed", "model", "agent", "eval.split", "eval.num_tasks", "eval.max_steps", "env.make"):
+        assert settings(cfg, key) == settings(fit, key), key
+    # The control arm trains on the same trees without the selection.
+    shutil.copy(CONF.parent / "experiments/webshop_clone80_balanced/config/balanced.yaml", tmp_path / "config.yaml")
+    control = make_cfg("+experiment=webshop_base", "+study=webshop_clone80_balanced", adapter,
+                       "pairs.balance_order=false", f"collect.trees_from={tmp_path}")  # fmt: skip
+    check_trees_from(control)
+
+
+def settings(cfg, key: str):
+    """``key``'s value as plain data; ``pairs.balance_order`` false where a run predates it."""
+    from omegaconf import OmegaConf
+
+    value = OmegaConf.select(cfg, key)
+    value = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+    if key == "pairs":
+        value = {"balance_order": False} | value
+    return value
 
 
 def test_the_clone80_agent_r_study_trains_on_the_trees_agent_q_searched_and_reads_dev_goals_only(make_cfg, tmp_path):

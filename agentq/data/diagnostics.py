@@ -46,6 +46,7 @@ from itertools import combinations
 from statistics import fmean
 from typing import Any
 
+from agentq.data.pairs import chose_later
 from agentq.records.examples import SFTExample, StepPair
 from agentq.records.tree import SearchResult, Tree
 
@@ -122,18 +123,23 @@ def first_return_taus(tree: Tree, min_node_visits: int = FIRST_RETURN_MIN_VISITS
     return found
 
 
+PAIR_SOURCES = ("outcome", "critic_only", "unmatched", "untried", "against_outcome", "chose_later", "chose_earlier")
+
+
 def pair_sources(results: Iterable[SearchResult], pairs: Iterable[Any]) -> dict[str, int]:
     """How many step pairs are outcome-backed and how many critic-only; how many of either
     have an untried (never visited) action ("untried"), and how many outcome-backed ones
     choose the action with the lower backed-up value ("against_outcome": Eq. 10's critic
-    term outweighed the returns); other examples ignored."""
+    term outweighed the returns); how many choose an action listed after / before the
+    rejected one among the state's valid actions ("chose_later" / "chose_earlier": a lower /
+    higher WebShop result, :func:`agentq.data.pairs.chose_later`); other examples ignored."""
     backed: dict[tuple[str, int, str], tuple[float, int]] = {}
-    for result in results:
-        tree = result.tree
+    trees = {str(r.tree.task_id): r.tree for r in results}
+    for tree in trees.values():
         for node in tree.nodes:
             for child in tree.children(node):
                 backed[(str(tree.task_id), node.id, child.action)] = (child.backed_up, child.visits)
-    counts = {"outcome": 0, "critic_only": 0, "unmatched": 0, "untried": 0, "against_outcome": 0}
+    counts = dict.fromkeys(PAIR_SOURCES, 0)
     for pair in pairs:
         if not isinstance(pair, StepPair):
             continue
@@ -145,6 +151,9 @@ def pair_sources(results: Iterable[SearchResult], pairs: Iterable[Any]) -> dict[
             counts["outcome" if chosen[0] != rejected[0] else "critic_only"] += 1
             counts["untried"] += chosen[1] == 0 or rejected[1] == 0
             counts["against_outcome"] += chosen[0] < rejected[0]
+            later = chose_later(trees[key[0]], pair)
+            counts["chose_later"] += later is True
+            counts["chose_earlier"] += later is False
     return counts
 
 

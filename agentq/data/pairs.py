@@ -7,10 +7,18 @@ At every node with two or more expanded children, every pair of children
 Tree-of-Thought trees (alpha = 0, so the value is the evaluator's) also mark
 which children the search kept; there a pair is a kept child against a pruned
 sibling, as in CPO (Zhang et al. 2024, arXiv 2406.09136), still gated by theta.
+
+``balance_order`` is a selection across all of an iteration's trees, not a part of Eq. 11.
+Pairs between WebShop search results can lean to one side of the page (14 of 18 chose the lower
+result in experiments/webshop_clone80_fit), and an update on them learnt to skip the first result
+on goals it never searched. Balanced, listing order no longer tells a pair's chosen action from
+its rejected one (measured in experiments/webshop_clone80_balanced).
 """
 
 from __future__ import annotations
 
+import zlib
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import combinations
 from typing import ClassVar
@@ -32,12 +40,18 @@ class StepPairBuilder:
         (implies ``outcome_only``). Eq. 10 orders a pair by the blend, so a critic that
         scores siblings against their returns can make the lower-return action the
         chosen one: :mod:`agentq.data.diagnostics` counts those pairs "against_outcome".
+    balance_order: across the iteration's trees (:meth:`select`), keep as many pairs whose
+        chosen action is listed after the rejected one among the state's valid actions (lower
+        on a WebShop results page) as pairs where it is listed before, dropping a fixed
+        pseudo-random subset of the larger side; pairs with an action not listed (a search
+        query) are all kept.
     """
 
     threshold: float = 0.1
     min_visits: int = 0
     outcome_only: bool = False
     agree_with_outcome: bool = False
+    balance_order: bool = False
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.threshold <= 1.0:
@@ -83,3 +97,34 @@ class StepPairBuilder:
                     )
                 )
         return pairs
+
+    def select(self, results: Iterable[SearchResult], pairs: Sequence[StepPair]) -> list[StepPair]:
+        """The pairs trained on, from all of an iteration's (``balance_order``)."""
+        if not self.balance_order:
+            return list(pairs)
+        trees = {str(r.tree.task_id): r.tree for r in results}
+        later = [chose_later(trees[str(pair.task_id)], pair) for pair in pairs]
+        keep = min(later.count(True), later.count(False))
+        kept = set()
+        for side in (True, False):
+            # The smallest checksums of (goal, state, chosen): the same subset whatever order the
+            # trees finished in (concurrent searches), so a resumed run keeps the same pairs.
+            ranked = sorted((i for i, x in enumerate(later) if x is side), key=lambda i: _draw(pairs[i]))
+            kept.update(ranked[:keep])
+        return [pair for i, pair in enumerate(pairs) if later[i] is None or i in kept]
+
+
+def chose_later(tree: Tree, pair: StepPair) -> bool | None:
+    """Whether the pair's chosen command comes after its rejected one among the state's valid
+    actions (the page's order in WebShop: a lower result); None if either is not listed."""
+    state = tree.nodes[pair.node_id]
+    listed = state.history.valid_actions or ()
+    command = {child.action: child.command for child in tree.children(state)}
+    chosen, rejected = command[pair.chosen], command[pair.rejected]
+    if chosen not in listed or rejected not in listed or chosen == rejected:
+        return None
+    return listed.index(chosen) > listed.index(rejected)
+
+
+def _draw(pair: StepPair) -> int:
+    return zlib.crc32(f"{pair.task_id}/{pair.node_id}/{pair.chosen}".encode())

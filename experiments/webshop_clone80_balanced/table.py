@@ -1,0 +1,54 @@
+"""Agent Q on step pairs balanced by listing order, beside the same update on all the pairs of
+the same trees, against the clone on the 100 dev goals.
+
+    python experiments/webshop_clone80_balanced/table.py [runs folder] [the clone's run]
+
+Defaults: experiments/webshop_clone80_balanced/runs (``balanced``: MCTS without the critic on 100
+training goals, step IPO at beta 0.1 on the pairs ``pairs.balance_order`` keeps; ``all``: the same
+trees, every pair) and experiments/webshop_clone80_fit/runs/fit (its base: the clone greedy on the
+same 100 dev goals). Writes beside this file table.md / table.csv (each policy against the clone
+goal by goal; the oracle on the same goals and step budget; appended: where each arm's data came
+from) and behaviour.md / behaviour.csv (the result each episode opened first, the options it
+clicked, whether it bought).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from agentq.compare import (
+    by_goal,
+    diagnostics_markdown,
+    evaluated_row,
+    last_by_goal,
+    oracle_study_row,
+    write_rows,
+)
+from agentq.modes import ZERO_SHOT
+from envs.webshop.episodes import behaviour_row
+
+STUDY = Path(__file__).parent
+ARMS = {
+    "balanced": "Agent Q without the critic: step IPO (beta 0.1) on the pairs balanced by listing order",
+    "all": "the same trees and update, every pair",
+}
+
+
+def main(runs: Path, clone_run: Path) -> None:
+    clone = by_goal(clone_run, 0, ZERO_SHOT)
+    rows = [evaluated_row("clone on 80 demonstrations, greedy", clone_run, "base", ZERO_SHOT)]
+    behaviours = [behaviour_row("clone on 80 demonstrations, greedy (dev)", clone)]
+    for arm, label in ARMS.items():
+        rows.append(evaluated_row(f"{label}, greedy", runs / arm, "last", ZERO_SHOT, clone))
+        behaviours.append(behaviour_row(f"{label} (dev)", last_by_goal(runs / arm)))
+    rows.append(oracle_study_row(runs / "balanced"))
+    data = "".join(f"\nWhere the data of `{arm}` came from:\n\n{diagnostics_markdown(runs / arm)}" for arm in ARMS)
+    print(write_rows(STUDY, "table", rows, appendix=data))
+    print(write_rows(STUDY, "behaviour", behaviours))
+
+
+if __name__ == "__main__":
+    args = [Path(a) for a in sys.argv[1:]]
+    defaults = [STUDY / "runs", STUDY.parent / "webshop_clone80_fit" / "runs" / "fit"]
+    main(*(args + defaults[len(args) :]))
