@@ -18,14 +18,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from agentq.compare import (
-    by_goal,
-    diagnostics_markdown,
-    evaluated_row,
-    last_by_goal,
-    oracle_study_row,
-    write_rows,
-)
+from agentq import compare
 from agentq.modes import ZERO_SHOT
 from envs.webshop.episodes import behaviour_row
 
@@ -37,21 +30,19 @@ ARMS = {
 
 
 def main(runs: Path, clone_run: Path) -> None:
-    clone = by_goal(clone_run, 0, ZERO_SHOT)
-    rows = [evaluated_row("clone on 80 demonstrations, greedy", clone_run, "base", ZERO_SHOT)]
-    behaviours = [behaviour_row("clone on 80 demonstrations, greedy (dev)", clone)]
-    for arm, label in ARMS.items():
-        rows.append(evaluated_row(f"{label}, greedy", runs / arm, "last", ZERO_SHOT, clone))
-        behaviours.append(behaviour_row(f"{label} (dev)", last_by_goal(runs / arm)))
+    clone = compare.by_goal(clone_run, 0, ZERO_SHOT)
+    last = {arm: compare.last_by_goal(runs / arm) for arm in (*ARMS, "all2")}  # each run's episodes, read once
     pi_2 = f"{ARMS['all']}: a second iteration (pi_2: 100 new training goals searched by pi_1), greedy"
-    rows.append(evaluated_row(pi_2, runs / "all2", "last", ZERO_SHOT, clone))
-    rows.append(evaluated_row(f"{pi_2}, against pi_1", runs / "all2", "last", ZERO_SHOT, last_by_goal(runs / "all")))
-    behaviours.append(behaviour_row(f"{pi_2} (dev)", last_by_goal(runs / "all2")))
-    rows.append(oracle_study_row(runs / "balanced"))
-    data = "".join(f"\nWhere the data of `{arm}` came from:\n\n{diagnostics_markdown(runs / arm)}" for arm in ("balanced", "all2"))
-    print(write_rows(STUDY, "table", rows, appendix=data))
-    print(write_rows(STUDY, "behaviour", behaviours))
-
+    rows = [compare.evaluated_row("clone on 80 demonstrations, greedy", clone_run, "base", ZERO_SHOT)]
+    rows += [compare.evaluated_row(f"{label}, greedy", runs / arm, "last", ZERO_SHOT, clone) for arm, label in ARMS.items()]
+    rows.append(compare.evaluated_row(pi_2, runs / "all2", "last", ZERO_SHOT, clone))
+    rows.append(compare.evaluated_row(f"{pi_2}, against pi_1", runs / "all2", "last", ZERO_SHOT, last["all"]))
+    rows.append(compare.oracle_study_row(runs / "balanced"))
+    behaviours = [behaviour_row("clone on 80 demonstrations, greedy (dev)", clone)]
+    behaviours += [behaviour_row(f"{label} (dev)", last[arm]) for arm, label in (*ARMS.items(), ("all2", pi_2))]
+    data = "".join(f"\nWhere the data of `{arm}` came from:\n\n{compare.diagnostics_markdown(runs / arm)}" for arm in ("balanced", "all2"))
+    print(compare.write_rows(STUDY, "table", rows, appendix=data))
+    print(compare.write_rows(STUDY, "behaviour", behaviours))
 
 if __name__ == "__main__":
     args = [Path(a) for a in sys.argv[1:]]
