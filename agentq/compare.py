@@ -235,13 +235,16 @@ def bootstrap_interval(values, resamples: int = 10_000, seed: int = 0) -> tuple[
     return (float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5)))
 
 
-def iteration_index(run_dir: Path, iteration: str) -> int:
-    """0 for the base policy, else the run's last iteration (its config's ``iterations``)."""
+def iteration_index(run_dir: Path, iteration: str | int) -> int:
+    """0 for the base policy ("base"), the run's last iteration ("last": its config's
+    ``iterations``), or the iteration given by number (a per-iteration curve's rows)."""
+    if isinstance(iteration, int):
+        return iteration
     return 0 if iteration == "base" else int(OmegaConf.load(RunLayout(run_dir).config).iterations)
 
 
-def read_episodes(run_dir: Path, iteration: str, mode: str) -> list[dict] | None:
-    """The evaluation episodes of a run's ``"base"`` or ``"last"`` iteration, or None if not evaluated."""
+def read_episodes(run_dir: Path, iteration: str | int, mode: str) -> list[dict] | None:
+    """The evaluation episodes of a run's ``"base"``, ``"last"`` or numbered iteration, or None if not evaluated."""
     if not RunLayout(run_dir).config.exists():
         return None
     return episodes_at(run_dir, iteration_index(run_dir, iteration), mode)
@@ -322,7 +325,7 @@ def out_of_steps(trajectories, max_steps: int) -> int:
     return sum(len(t["steps"]) >= max_steps and t["score"] == 0 for t in trajectories)
 
 
-def cost_per_success(run_dir: Path, iteration: str, mode: str, episodes: list[dict]) -> dict[str, float | None]:
+def cost_per_success(run_dir: Path, iteration: str | int, mode: str, episodes: list[dict]) -> dict[str, float | None]:
     """What the row spent on all its tasks over the ones it solved: policy tokens, env
     steps (the episodes' own) and wall seconds (the mode's evaluation phase); None
     when nothing was solved or the run did not record it."""
@@ -537,8 +540,8 @@ def study_row(label: str, policy: dict, max_steps: int, base: dict | None = None
     return row | dict(zip(AGAINST_BASE, (*paired_cells(a), a["identical"]), strict=True))
 
 
-def evaluated_row(label: str, run_dir: Path, iteration: str, mode: str, base: dict | None = None) -> dict:
-    """``study_row`` of a run's evaluation episodes (``iteration``: "base" or "last") in the
+def evaluated_row(label: str, run_dir: Path, iteration: str | int, mode: str, base: dict | None = None) -> dict:
+    """``study_row`` of a run's evaluation episodes (``iteration``: "base", "last" or a number) in the
     run's step budget, with the model calls per goal and the cost per success."""
     episodes = read_episodes(run_dir, iteration, mode)
     if episodes is None:

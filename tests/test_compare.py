@@ -219,6 +219,20 @@ def test_a_studys_rows_carry_the_intervals_the_budget_and_the_paired_comparison(
     }  # fmt: skip
 
 
+def test_a_curves_rows_read_each_iteration_by_number(tmp_path):
+    (tmp_path / "config.yaml").write_text("iterations: 2\neval:\n  max_steps: 2\n")
+    scores = {0: (False, 0.5), 1: (True, 1.0), 2: (False, 0.0)}  # iteration -> goal 0's episode
+    for iteration, (success, score) in scores.items():
+        _episode(tmp_path / f"iter_{iteration:03d}" / "eval" / "zero_shot", 0, success, score, 1)
+        (tmp_path / f"iter_{iteration:03d}" / "seconds.json").write_text(json.dumps({"eval_zero_shot": 10.0 + iteration}))
+    assert [compare.iteration_index(tmp_path, i) for i in ("base", 1, "last")] == [0, 1, 2]
+    pi_1 = compare.evaluated_row("pi_1", tmp_path, 1, "zero_shot", compare.by_goal(tmp_path, 0, "zero_shot"))
+    assert pi_1["success %"].startswith("100.0 [") and pi_1["avg reward"].startswith("1.000 [")
+    assert pi_1[compare.AGAINST_BASE[0]] == "1 / 0 (1.00)"
+    assert pi_1["per success: tokens / env steps / wall s"] == "- / 0 / 11"  # iteration 1's own eval seconds
+    assert compare.evaluated_row("pi_2", tmp_path, 2, "zero_shot")["success %"].startswith("0.0 [")
+
+
 def test_an_agent_r_study_is_anchored_on_the_agent_r_run(tmp_path):
     methods = {m.name: m for m in compare.METHODS}
     study = (methods["agent_r"], methods["agent_r_good"])
