@@ -237,6 +237,25 @@ def test_the_clone80_balanced_study_is_the_b01_update_on_order_balanced_pairs_be
     check_trees_from(control)
 
 
+def test_the_clone80_iter3_study_runs_the_every_pair_arm_on_to_three_iterations(make_cfg):
+    from omegaconf import OmegaConf
+
+    from agentq.components import build
+
+    adapter = "model.adapter=experiments/webshop_bc_scale/runs/n80/iter_001/adapter"
+    cfg = make_cfg("+experiment=webshop_base", "+study=webshop_clone80_iter3", adapter)
+    with pytest.raises(ValueError, match="tuning=true .* with eval.split=test"):
+        build(make_cfg("+experiment=webshop_base", "+study=webshop_clone80_iter3", adapter, "eval.split=test"))
+    # webshop_clone80_balanced's every-pair arm as its second iteration ran, but for three
+    # iterations, the clone evaluated in the run, and iteration 1 searching its own trees.
+    all2 = OmegaConf.load(CONF.parent / "experiments/webshop_clone80_balanced/config/all2.yaml")
+    for key in ("seed", "tuning", "model", "agent", "critic", "search", "pairs", "objective", "trainer", "env.make"):
+        assert settings(cfg, key) == settings(all2, key), key
+    assert settings(cfg, "eval") == settings(all2, "eval") | {"base": True}
+    assert settings(cfg, "collect") == settings(all2, "collect") | {"trees_from": None}
+    assert (cfg.iterations, all2.iterations) == (3, 2)
+
+
 def settings(cfg, key: str):
     """``key``'s value as plain data; ``pairs.balance_order`` false where a run predates it."""
     from omegaconf import OmegaConf
