@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import resource
 import subprocess
 import sys
 import time
@@ -66,13 +67,19 @@ class RunBook:
     @contextmanager
     def phase(self, iteration: int, name: str):
         """Add the wall time of a phase to ``seconds.json`` (a resumed phase adds to what
-        the killed run recorded; time spent in the killed attempt is lost)."""
+        the killed run recorded; time spent in the killed attempt is lost), and record the
+        process's peak resident memory so far in ``memory.json``: read phase by phase, it
+        shows which phase, and which iteration, raised the peak."""
         path = self.layout.seconds(iteration)
         started = time.monotonic()
         yield
         seconds = read_json(path) if path.exists() else {}
         seconds[name] = round(seconds.get(name, 0.0) + time.monotonic() - started, 1)
         write_json(path, seconds)
+        path = self.layout.memory(iteration)
+        memory = read_json(path) if path.exists() else {}
+        memory[name] = max(memory.get(name, 0.0), peak_rss_gb())  # a resumed process starts its peak again
+        write_json(path, memory)
 
     def log_metrics(self, prefix: str, metrics: dict[str, Any], iteration: int) -> None:
         for logger in self.loggers:
@@ -86,6 +93,12 @@ class RunBook:
         for logger in self.loggers:
             logger.finalize(status)
         finish_wandb(exit_code=0 if status == "success" else 1)
+
+
+def peak_rss_gb() -> float:
+    """This process's peak resident set size so far, in GB (getrusage counts KB on Linux, bytes on macOS)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return round(peak / (1e9 if sys.platform == "darwin" else 1e6), 2)
 
 
 def decoding(cfg: DictConfig) -> dict[str, str]:
@@ -117,6 +130,8 @@ def write_summary(
                 entry["search"] = read_json(layout.search_diagnostics(iteration))
             train = layout.train_metrics(iteration)
             entry["train"] = read_json(train) if train.exists() else None
+        if layout.memory(iteration).exists():
+            entry["peak_rss_gb"] = read_json(layout.memory(iteration))
         if layout.seconds(iteration).exists():
             entry["seconds"] = read_json(layout.seconds(iteration))
             for mode, metrics in entry["eval"].items():  # wall seconds per success, the cost a user pays

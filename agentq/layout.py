@@ -13,6 +13,7 @@
     iter_001/train.json               training metrics (written when training finished)
     iter_001/train_steps.json         per-step metrics from rank 0 (agentq.training.fit)
     iter_001/seconds.json             wall time of each phase
+    iter_001/memory.json              the process's peak resident memory (GB) when each phase ended
     iter_001/adapter/                 the LoRA adapter trained in this iteration
     served_adapters/agentq-<hash>/    pi_i as one LoRA adapter for a server (engine=server; conf/engine/server.yaml)
     iter_001/eval/<mode>.json         a mode's metrics (modes: agentq.modes)
@@ -88,6 +89,9 @@ class RunLayout:
 
     def seconds(self, iteration: int) -> Path:
         return self.iteration(iteration) / "seconds.json"
+
+    def memory(self, iteration: int) -> Path:
+        return self.iteration(iteration) / "memory.json"
 
     def adapter(self, iteration: int) -> Path:
         return self.iteration(iteration) / "adapter"

@@ -33,6 +33,8 @@ def check_summary(summary: dict, iterations: int, modes=("zero_shot", "committed
         if it["iteration"] > 0:
             assert it["num_examples"] > 0
             assert set(it["seconds"]) >= {"collect", "train"}
+            # The process's peak memory when each phase ended (a resumed phase: its own process's).
+            assert set(it["peak_rss_gb"]) == set(it["seconds"]) and min(it["peak_rss_gb"].values()) > 0
             assert set(it["train"]) >= {"loss", "reward_accuracy"}
             search = it["search"]  # agentq.data.diagnostics of the iteration's trees and pairs
             assert set(search["critic"]) == {"nodes", "kendall_tau", "tau_nodes", "top1", "first_return_tau", "first_return_nodes"}
