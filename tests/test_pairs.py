@@ -93,3 +93,17 @@ def test_balance_order_keeps_as_many_pairs_choosing_a_later_listed_action_as_an_
     loop = build_examples(SimpleNamespace(pair_builder=builder), results, None, 1)
     assert [(p.task_id, p.chosen) for p in loop] == [(p.task_id, p.chosen) for p in kept]
     assert StepPairBuilder(threshold=0.1).select(results, pairs) == pairs  # off by default
+
+
+def test_observation_contains_keeps_only_the_pairs_made_at_matching_states():
+    tree = results_page(1, ("click[r1]", 0.0), ("click[r2]", 1.0))
+    product = History("item").extend("click[r2]", "Buy Now [SEP] blue [SEP] red", ("click[blue]", "click[red]"))
+    tree.add(Node(id=0, parent=2, depth=2, history=product, visits=2))
+    tree.add(Node(id=0, parent=3, depth=3, history=product, action="COMMAND: click[blue]", command="click[blue]", visits=1, q_mcts=1.0))
+    tree.add(Node(id=0, parent=3, depth=3, history=product, action="COMMAND: click[red]", command="click[red]", visits=1, q_mcts=0.0))
+    assert [p.node_id for p in StepPairBuilder(threshold=0.1)(tree)] == [0, 3]
+    kept = StepPairBuilder(threshold=0.1, observation_contains="Buy Now")(tree)
+    assert [(p.node_id, p.chosen) for p in kept] == [(3, "COMMAND: click[blue]")]
+    assert StepPairBuilder(threshold=0.1, observation_contains="Checkout")(tree) == []
+    with pytest.raises(ValueError, match="pairs.observation_contains"):
+        StepPairBuilder(observation_contains="")

@@ -256,14 +256,29 @@ def test_the_clone80_iter3_study_runs_the_every_pair_arm_on_to_three_iterations(
     assert (cfg.iterations, all2.iterations) == (3, 2)
 
 
+def test_the_clone80_explore_study_is_iter3s_first_iteration_but_for_c_exp(make_cfg):
+    from agentq.components import build
+
+    adapter = "model.adapter=experiments/webshop_bc_scale/runs/n80/iter_001/adapter"
+    cfg = make_cfg("+experiment=webshop_base", "+study=webshop_clone80_explore", adapter)
+    with pytest.raises(ValueError, match="tuning=true .* with eval.split=test"):
+        build(make_cfg("+experiment=webshop_base", "+study=webshop_clone80_explore", adapter, "eval.split=test"))
+    iter3 = make_cfg("+experiment=webshop_base", "+study=webshop_clone80_iter3", adapter)
+    for key in ("seed", "tuning", "model", "agent", "critic", "pairs", "objective", "trainer", "env.make", "collect", "eval"):
+        assert settings(cfg, key) == settings(iter3, key), key
+    assert settings(cfg, "search") == settings(iter3, "search") | {"c_exp": 3.0}
+    assert (cfg.iterations, iter3.iterations, iter3.search.c_exp) == (1, 3, 1.0)
+
+
 def settings(cfg, key: str):
-    """``key``'s value as plain data; ``pairs.balance_order`` false where a run predates it."""
+    """``key``'s value as plain data; ``pairs.balance_order`` false and ``pairs.observation_contains``
+    null where a run predates them."""
     from omegaconf import OmegaConf
 
     value = OmegaConf.select(cfg, key)
     value = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
     if key == "pairs":
-        value = {"balance_order": False} | value
+        value = {"balance_order": False, "observation_contains": None} | value
     return value
 
 

@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import pytest
 
+from agentq.records.examples import StepPair
 from envs.webshop import WebShopEnv
-from envs.webshop.episodes import RESULT_IDS, behaviour_row, episode_behaviour
+from envs.webshop.episodes import (
+    RESULT_IDS,
+    behaviour_row,
+    episode_behaviour,
+    page_kind,
+    pairs_row,
+    shortfall_row,
+)
 
 
 @pytest.fixture(scope="module")
@@ -17,12 +25,12 @@ def played(env: WebShopEnv, task_id: int, commands) -> dict:
     """A logged trajectory (each step's command and the page it led to) of ``commands``, where a
     command may be a function of the page it acts on."""
     observation, _ = env.reset(options={"task_id": task_id})
-    steps = []
+    steps, info = [], {"success": False}
     for command in commands:
         command = command(observation) if callable(command) else command
-        observation, *_ = env.step(command)
+        observation, _, _, _, info = env.step(command)
         steps.append({"command": command, "observation": observation})
-    return {"steps": steps}
+    return {"steps": steps, "success": info["success"]}
 
 
 def goal_with_options(env: WebShopEnv, at_least: int):
@@ -58,3 +66,44 @@ def test_behaviour_row_sums_the_episodes(env: WebShopEnv) -> None:
     assert row["goals"] == 2 and row["bought"] == 1
     assert row["opened result 1"] == 1 and row["opened none"] == 1
     assert row["options clicked: 0"] == 2
+
+
+def goal_on_first_page(env: WebShopEnv):
+    """A goal with an option whose own product the instruction's search lists on page 1."""
+    for task_id in env.task_ids("train"):
+        goal = env.engine.goals[task_id]
+        env.reset(options={"task_id": task_id})
+        *_, info = env.step(f"search[{goal.instruction_text}]")
+        if goal.goal_options and f"click[{goal.asin}]" in info["valid_actions"]:
+            return task_id, goal
+    raise AssertionError("no goal's product on its first results page")
+
+
+def test_shortfall_row_replays_each_failure_and_names_what_its_purchase_missed(env: WebShopEnv) -> None:
+    task_id, goal = goal_on_first_page(env)
+    product = f"click[{goal.asin}]"
+    search = f"search[{goal.instruction_text}]"
+    right = played(env, task_id, [search, product, *(f"click[{o}]" for o in goal.goal_options), "click[Buy Now]"])
+    no_option = played(env, task_id, [search, product, "click[Buy Now]"])
+    idle = played(env, task_id, [search])
+    assert right["success"] and not no_option["success"]
+    row = shortfall_row("policy", env, {task_id: right, task_id + 1: idle})
+    assert (row["goals"], row["failed"], row["bought nothing"], row["missed an option"]) == (2, 1, 1, 0)
+    row = shortfall_row("policy", env, {task_id: no_option})
+    assert (row["failed"], row["missed an option"], row["only an option"], row["wrong type"]) == (1, 1, 1, 0)
+
+
+def test_pairs_row_counts_pairs_by_the_page_their_state_shows(env: WebShopEnv) -> None:
+    task_id, goal = goal_on_first_page(env)
+    search_page, _ = env.reset(options={"task_id": task_id})
+    results, *_ = env.step(f"search[{goal.instruction_text}]")
+    product, *_ = env.step(f"click[{goal.asin}]")
+    description, *_ = env.step("click[Description]")
+    pages = [search_page, results, product, product, description]
+    assert [page_kind(p) for p in pages] == ["search page", "results page", "product page", "product page", "other page"]
+    pairs = [
+        StepPair(task_id, 0, [{"role": "user", "content": f"Current observation:\n{page}"}], "a", "b", [1], [2], -1.0, -2.0, 1.0, 0.0, 1, 1)
+        for page in pages
+    ]
+    row = pairs_row("iteration 1", pairs)
+    assert row == {"row": "iteration 1", "pairs": 5, "search page": 1, "results page": 1, "product page": 2, "other page": 1}

@@ -8,7 +8,8 @@ Tree-of-Thought trees (alpha = 0, so the value is the evaluator's) also mark
 which children the search kept; there a pair is a kept child against a pruned
 sibling, as in CPO (Zhang et al. 2024, arXiv 2406.09136), still gated by theta.
 
-``balance_order`` is a selection across all of an iteration's trees, not a part of Eq. 11.
+``balance_order`` is a selection across all of an iteration's trees, and ``observation_contains``
+a filter on the states pairs are made at; neither is a part of Eq. 11.
 Pairs between WebShop search results can lean to one side of the page (14 of 18 chose the lower
 result in experiments/webshop_clone80_fit), and an update on them learnt to skip the first result
 on goals it never searched. Balanced, listing order no longer tells a pair's chosen action from
@@ -45,6 +46,9 @@ class StepPairBuilder:
         on a WebShop results page) as pairs where it is listed before, dropping a fixed
         pseudo-random subset of the larger side; pairs with an action not listed (a search
         query) are all kept.
+    observation_contains: keep only pairs at states whose observation contains this text (None:
+        every state). A study's probe of which states' pairs carry over to other goals: WebShop's
+        product pages, where the options are chosen, all show "[button] Buy Now [button_]".
     """
 
     threshold: float = 0.1
@@ -52,12 +56,15 @@ class StepPairBuilder:
     outcome_only: bool = False
     agree_with_outcome: bool = False
     balance_order: bool = False
+    observation_contains: str | None = None
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.threshold <= 1.0:
             raise ValueError(f"pairs.threshold must be in [0, 1], got {self.threshold}")
         if self.min_visits < 0:
             raise ValueError(f"pairs.min_visits must be >= 0, got {self.min_visits}")
+        if self.observation_contains is not None and not (isinstance(self.observation_contains, str) and self.observation_contains):
+            raise ValueError(f"pairs.observation_contains must be null or a non-empty string, got {self.observation_contains!r}")
 
     kind: ClassVar[str] = PREFERENCE  # what it builds (the objective must train on the same kind)
 
@@ -67,6 +74,8 @@ class StepPairBuilder:
     def __call__(self, tree: Tree) -> list[StepPair]:
         pairs = []
         for node in tree.nodes:
+            if self.observation_contains is not None and self.observation_contains not in node.history.observation:
+                continue
             children = [c for c in tree.children(node) if c.visits >= self.min_visits]
             for a, b in combinations(children, 2):
                 qa, qb = a.blended_q(tree.alpha), b.blended_q(tree.alpha)

@@ -3,19 +3,23 @@
 ``episode_behaviour`` names, for one logged trajectory (``steps`` of ``observation`` and
 ``command``), the rank of the first search result it opened, how many options it clicked
 on product pages and whether it bought. Studies count these to tell a policy that picks
-the right product from one that also selects the goal's options.
+the right product from one that also selects the goal's options. ``shortfall_row`` replays
+failed episodes to say which part of the reward each purchase missed, and ``pairs_row``
+counts on which page step pairs were made.
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Iterable
 
 from envs.webshop.engine import (
     BACK_TO_SEARCH,
     BUY_NOW,
     NEXT_PAGE,
     PREV_PAGE,
+    SEP,
     SUB_PAGES,
     TOTAL_RESULTS,
     button,
@@ -60,3 +64,62 @@ def behaviour_row(label: str, episodes: dict) -> dict:
         counts[OPTIONS[min(options, 2)]] += 1
         counts["bought"] += bought
     return {"row": label, "goals": len(episodes)} | {c: counts[c] for c in (*OPENED, *OPTIONS, "bought")}
+
+
+PAGES = ("search page", "results page", "product page", "other page")
+
+
+def page_kind(observation: str) -> str:
+    """Which of :data:`PAGES` an observation shows (a product's sub-pages are "other")."""
+    if button(BUY_NOW) in observation:
+        return "product page"
+    if TOTAL_RESULTS in observation:
+        return "results page"
+    return "search page" if observation.endswith(SEP + "Search") else "other page"
+
+
+def pairs_row(label: str, pairs: Iterable) -> dict:
+    """A table row of on which page step pairs were made: the page of each pair's state (the
+    last message of its prompt is the observation the two actions answer)."""
+    counts = Counter(page_kind(pair.prompt[-1]["content"]) for pair in pairs)
+    return {"row": label, "pairs": sum(counts.values())} | {page: counts[page] for page in PAGES}
+
+
+# What a purchase can miss, in RewardBreakdown's terms.
+SHORTFALLS = ("wrong type", "missed an attribute", "missed an option", "over the price")
+
+
+def shortfall(breakdown: dict) -> tuple[str, ...]:
+    """The parts of the reward (:data:`SHORTFALLS`) a purchase's breakdown did not reach."""
+    misses = (
+        breakdown["r_type"] < 1.0,
+        breakdown["attr_matches"] < breakdown["num_attrs"],
+        breakdown["option_matches"] < breakdown["num_options"],
+        not breakdown["price_ok"],
+    )
+    return tuple(name for name, missed in zip(SHORTFALLS, misses, strict=True) if missed)
+
+
+def shortfall_row(label: str, env, episodes: dict) -> dict:
+    """A table row of why ``episodes`` (goal -> trajectory) failed: each failed episode's
+    commands are played again in ``env`` (a WebShopEnv on the same catalogue) and its purchase's
+    reward breakdown read; a failure can miss several parts, and "only an option" counts those
+    whose single miss was an option the instruction named."""
+    counts = Counter()
+    for goal, trajectory in episodes.items():
+        if trajectory["success"]:
+            continue
+        counts["failed"] += 1
+        env.reset(options={"task_id": goal})
+        info = {}
+        for step in trajectory["steps"]:
+            *_, info = env.step(step["command"])
+        breakdown = info.get("reward_breakdown")
+        if breakdown is None:
+            counts["bought nothing"] += 1
+            continue
+        missed = shortfall(breakdown)
+        counts.update(missed)
+        counts["only an option"] += missed == ("missed an option",)
+    columns = ("failed", "bought nothing", *SHORTFALLS, "only an option")
+    return {"row": label, "goals": len(episodes)} | {c: counts[c] for c in columns}
