@@ -5,6 +5,9 @@ summary rebuilt from the files each phase wrote (so it survives restarts).
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import gc
 import logging
 import os
 import random
@@ -76,6 +79,8 @@ class RunBook:
         seconds = read_json(path) if path.exists() else {}
         seconds[name] = round(seconds.get(name, 0.0) + time.monotonic() - started, 1)
         write_json(path, seconds)
+        release_memory()
+        log.info("%s (iter %d): peak RSS %.2f GB, %.2f GB resident after it", name, iteration, peak_rss_gb(), rss_gb())
         path = self.layout.memory(iteration)
         memory = read_json(path) if path.exists() else {}
         memory[name] = max(memory.get(name, 0.0), peak_rss_gb())  # a resumed process starts its peak again
@@ -99,6 +104,27 @@ def peak_rss_gb() -> float:
     """This process's peak resident set size so far, in GB (getrusage counts KB on Linux, bytes on macOS)."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return round(peak / (1e9 if sys.platform == "darwin" else 1e6), 2)
+
+
+def rss_gb() -> float:
+    """This process's resident set size now, in GB (Linux; 0.0 where /proc is absent)."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except OSError:
+        return 0.0
+    return round(pages * os.sysconf("SC_PAGE_SIZE") / 1e9, 2)
+
+
+_LIBC = ctypes.CDLL(ctypes.util.find_library("c")) if sys.platform.startswith("linux") else None
+
+
+def release_memory() -> None:
+    """Free what a phase left in reference cycles (Lightning's trainer, module and callbacks
+    refer to each other) and hand the heap's free pages back to the kernel (glibc's
+    ``malloc_trim``): without it the next phase's working set sat on top of this one's."""
+    gc.collect()
+    if _LIBC is not None and hasattr(_LIBC, "malloc_trim"):
+        _LIBC.malloc_trim(0)
 
 
 def decoding(cfg: DictConfig) -> dict[str, str]:
