@@ -6,10 +6,10 @@ webshop_clone80_iter3's first iteration (c_exp 1, same goals), on the 100 dev go
 
 Defaults: experiments/webshop_clone80_explore/runs/explore, .../runs/product and
 experiments/webshop_clone80_iter3/runs/iter3 (arm 2's and the control's rows are left out when
-their runs are not on this machine). Writes beside this file table.md / table.csv (the oracle on the same goals and step
-budget; appended: where the data came from), behaviour.md / .csv (the result each episode opened
-first, the options it clicked), failures.md / .csv (what each failed purchase missed, replayed in
-the env) and pairs.md / .csv (on which page the pairs were made).
+their runs are not on this machine). Writes beside this file table.md / table.csv (the oracle on
+the same goals and step budget; appended: where the data came from), behaviour.md / .csv (the
+result each episode opened first, the options it clicked), failures.md / .csv (what each failed
+purchase missed, replayed in the env) and pairs.md / .csv (on which page the pairs were made).
 """
 
 from __future__ import annotations
