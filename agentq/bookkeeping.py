@@ -80,10 +80,11 @@ class RunBook:
         seconds[name] = round(seconds.get(name, 0.0) + time.monotonic() - started, 1)
         write_json(path, seconds)
         release_memory()
-        log.info("%s (iter %d): peak RSS %.2f GB, %.2f GB resident after it", name, iteration, peak_rss_gb(), rss_gb())
+        peak = peak_rss_gb()
+        log.info("%s (iter %d): peak RSS %.2f GB, %.2f GB resident after it", name, iteration, peak, rss_gb())
         path = self.layout.memory(iteration)
         memory = read_json(path) if path.exists() else {}
-        memory[name] = max(memory.get(name, 0.0), peak_rss_gb())  # a resumed process starts its peak again
+        memory[name] = max(memory.get(name, 0.0), peak)  # a resumed process starts its peak again
         write_json(path, memory)
 
     def log_metrics(self, prefix: str, metrics: dict[str, Any], iteration: int) -> None:
