@@ -327,6 +327,11 @@ def check_compatible(cfg: DictConfig, search, critic_cls, pair_builder, objectiv
             f"search {names['search']} needs a {wants!r} critic but critic {names['critic']} is a {has!r} one: "
             f"use critic={'llm_rank' if wants == 'rank' else 'llm_value or critic=llm_vote'}"
         )
+    if cfg.search.get("distinct_actions") and not cfg.agent.sampling.get("constrain_command"):
+        raise ValueError(
+            "search.distinct_actions=true draws from the valid actions not drawn yet, which needs "
+            "agent.sampling.constrain_command=true"
+        )
     max_candidates = getattr(critic_cls, "MAX_CANDIDATES", None)
     if wants == "rank" and max_candidates is not None and cfg.search.num_actions > max_candidates:
         raise ValueError(

@@ -222,3 +222,28 @@ def test_settle_forces_a_late_command_and_caps_the_tail(table):
     late = ids("THOUGHT: " + "very " * constraint.force_at + "\nCOMMAND: click[Next >]\n")
     assert constraint.settle(late) == (constraint.force_at, True)  # cut where the token path forces the trigger
     assert constraint.settle(late, forced=True)[1] is False
+
+
+def test_a_policy_told_to_exclude_commands_never_proposes_them(tiny):
+    from agentq.agent.policy import LLMPolicy, Sampling
+    from agentq.agent.prompt import PromptBuilder
+    from agentq.records.history import History
+
+    model, tokenizer = tiny
+    policy = LLMPolicy(
+        model, tokenizer, prompt=PromptBuilder(), grounder=Grounder(),
+        sampling=Sampling(max_new_tokens=48, constrain_command=True, reuse_prefix_cache=False),
+    )
+    history = History("Results page", valid_actions=tuple(RESULTS_PAGE))
+    seed = torch.Generator().manual_seed(0)
+    free = {c.command for c in policy.propose(history, 16, generator=seed)}
+    assert len(free) > 2  # the random model spreads over the page: excluding has work to do
+    excluded = set(RESULTS_PAGE[:2])
+    kept = policy.propose(history, 16, generator=torch.Generator().manual_seed(0), exclude=excluded)
+    assert len(kept) == 16 and {c.command for c in kept} <= set(RESULTS_PAGE[2:])
+    assert all(c.prompt == kept[0].prompt for c in kept)  # the prompt still lists every action
+    assert "click[Back to Search]" in kept[0].prompt[-1]["content"]
+    assert policy.propose(history, 4, exclude=set(RESULTS_PAGE)) == []
+    free_policy = LLMPolicy(model, tokenizer, prompt=PromptBuilder(), grounder=Grounder(), sampling=Sampling())
+    with pytest.raises(ValueError, match="constrain_command=true"):
+        free_policy.propose(history, 2, exclude=excluded)

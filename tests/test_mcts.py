@@ -202,3 +202,52 @@ def test_agent_r_experiments_search_with_plain_uct(env):
     assert (uct.use_critic, uct.alpha) == (False, 1.0)
     assert mcts.use_critic and mcts.alpha < 1.0
     assert (uct.num_simulations, uct.num_actions, uct.max_depth) == (mcts.num_simulations, mcts.num_actions, mcts.max_depth)
+
+
+class _ConfidentPolicy:
+    """A policy sure of one command: all k samples are the first valid action not excluded."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, frozenset]] = []
+
+    def propose(self, history, k, *, greedy=False, generator=None, exclude=()):
+        from tests.toy import toy_candidate
+
+        self.calls.append((k, frozenset(exclude)))
+        left = [a for a in history.valid_actions if a not in exclude]
+        return [toy_candidate(left[0], 0, history.observation)] * k if left else []
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_distinct_actions_refills_an_expansion_whose_samples_repeat(k):
+    from tests.toy import ThreeWayToyEnv
+
+    def search(distinct):
+        policy = _ConfidentPolicy()
+        mcts = MCTS(num_simulations=1, num_actions=k, max_depth=1, alpha=1.0, use_critic=False, distinct_actions=distinct)
+        return mcts(ThreeWayToyEnv(), policy, None, task_id=0), policy
+
+    plain, plain_policy = search(False)
+    assert [n.command for n in plain.tree.children(plain.tree.root)] == ["a"]  # K samples, one child
+    assert plain_policy.calls == [(k, frozenset())]
+    result, policy = search(True)
+    assert [n.command for n in result.tree.children(result.tree.root)] == ["a", "b", "c"][:k]
+    # each refill asks for the missing samples and excludes what was drawn
+    assert policy.calls == [(k, frozenset()), (k - 1, {"a"}), (k - 2, {"a", "b"})][: k]
+    assert result.stats.policy_calls == len(policy.calls)
+
+
+def test_distinct_actions_stops_when_every_valid_action_has_its_child():
+    policy = _ConfidentPolicy()
+    mcts = MCTS(num_simulations=1, num_actions=3, max_depth=1, alpha=1.0, use_critic=False, distinct_actions=True)
+    result = mcts(ToyEnv(), policy, None, task_id=0)  # two valid actions
+    assert [n.command for n in result.tree.children(result.tree.root)] == ["left", "right"]
+    assert len(policy.calls) == 2  # no third call once left and right are drawn
+
+
+def test_distinct_actions_needs_constrained_decoding(make_cfg):
+    from agentq.components import build
+
+    cfg = make_cfg("+experiment=smoke", "search.distinct_actions=true", "agent.sampling.constrain_command=false")
+    with pytest.raises(ValueError, match="search.distinct_actions"):
+        build(cfg)

@@ -57,7 +57,7 @@ def test_history_after_the_replay_lists_the_prefix_actions():
     seen = []
 
     class Recording(TablePolicy):
-        def propose(self, history, k, *, greedy=False, generator=None):
+        def propose(self, history, k, *, greedy=False, generator=None, exclude=()):
             seen.append((history.previous, history.observation, greedy))
             return super().propose(history, k, greedy=greedy, generator=generator)
 

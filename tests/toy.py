@@ -119,7 +119,7 @@ class ScriptedPolicy:
         self.num_calls = 0
         self.seen: list[str] = []
 
-    def propose(self, history, k, *, greedy=False, generator=None):
+    def propose(self, history, k, *, greedy=False, generator=None, exclude=()):
         self.num_calls += 1
         self.seen.append(path_key(history.observation))
         actions = history.valid_actions or ToyEnv.ACTIONS
@@ -132,7 +132,7 @@ class EpisodePolicy:
     def __init__(self, episodes: list[list[str]]) -> None:
         self.episodes, self.episode, self.num_calls = episodes, -1, 0
 
-    def propose(self, history, k, *, greedy=False, generator=None):
+    def propose(self, history, k, *, greedy=False, generator=None, exclude=()):
         self.num_calls += 1
         if not history.previous:
             self.episode += 1
@@ -146,7 +146,7 @@ class TablePolicy:
     def __init__(self, table: dict[str, list[tuple[str, float]]]) -> None:
         self.table, self.num_calls = table, 0
 
-    def propose(self, history, k, *, greedy=False, generator=None):
+    def propose(self, history, k, *, greedy=False, generator=None, exclude=()):
         self.num_calls += 1
         rows = self.table[path_key(history.observation)][:k]
         return [

@@ -1,12 +1,13 @@
 """The LLM policy: history -> K composite actions, parsed and grounded.
 
 Searches and evaluation talk to a policy through one method,
-``propose(history, k, *, greedy, generator) -> list[Candidate]``; tests use
+``propose(history, k, *, greedy, generator, exclude) -> list[Candidate]``; tests use
 scripted policies with the same method.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -24,8 +25,17 @@ from agentq.records.history import History, Messages
 
 class Policy(Protocol):
     def propose(
-        self, history: History, k: int, *, greedy: bool = False, generator: torch.Generator | None = None
-    ) -> list[Candidate]: ...
+        self,
+        history: History,
+        k: int,
+        *,
+        greedy: bool = False,
+        generator: torch.Generator | None = None,
+        exclude: Collection[str] = (),
+    ) -> list[Candidate]:
+        """``k`` candidates at ``history``; none whose command is in ``exclude`` (an empty
+        list when every valid action is excluded)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -137,9 +147,23 @@ class LLMPolicy:
         return list(ids if isinstance(ids, list) else ids["input_ids"])
 
     def propose(
-        self, history: History, k: int, *, greedy: bool = False, generator: torch.Generator | None = None
+        self,
+        history: History,
+        k: int,
+        *,
+        greedy: bool = False,
+        generator: torch.Generator | None = None,
+        exclude: Collection[str] = (),
     ) -> list[Candidate]:
-        messages = self.prompt(history)
+        messages = self.prompt(history)  # the whole history, excluded actions too: one prompt per state
+        constraint = self._constraint(history, exclude)
+        if exclude and constraint is None:
+            if self.sampling.constrain_command and history.valid_actions:
+                return []  # every valid action is excluded
+            raise ValueError(
+                "excluding commands from a proposal needs agent.sampling.constrain_command=true "
+                "and an env that lists its valid actions"
+            )
         samples = self.engine.sample(
             self.encode(messages),
             k,
@@ -148,7 +172,7 @@ class LLMPolicy:
             top_p=self.sampling.top_p,
             eos_token_ids=self.eos_token_ids,
             generator=generator,
-            constraint=self._constraint(history),
+            constraint=constraint,
             prefix_cache=self.prefix_cache,
         )
         self.num_calls += 1
@@ -169,14 +193,18 @@ class LLMPolicy:
             )
         return candidates
 
-    def _constraint(self, history: History) -> CommandConstraint | None:
-        if not (self.sampling.constrain_command and history.valid_actions):
+    def _constraint(self, history: History, exclude: Collection[str] = ()) -> CommandConstraint | None:
+        """The COMMAND field held to the valid actions not in ``exclude`` (a template such as
+        ``search[...]`` stays: an argument drawn before may be drawn again); None when
+        decoding is free or nothing is left."""
+        allowed = [a for a in history.valid_actions or () if a not in exclude]
+        if not (self.sampling.constrain_command and allowed):
             return None
         if self._token_table is None:  # ~0.2 s for a 49k vocabulary, once
             self._token_table = TokenTable(self.tokenizer)
         return CommandConstraint(
             self._token_table,
-            history.valid_actions,
+            allowed,
             eos_token_ids=self.eos_token_ids,
             max_new_tokens=self.sampling.max_new_tokens,
             max_tail_tokens=self.sampling.max_tail_tokens,

@@ -7,7 +7,7 @@ trajectories) and keeps only its own algorithm.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -56,14 +56,21 @@ class SearchRun:
         )
 
     def propose(
-        self, policy: Policy, node: Node, k: int, generator: torch.Generator | None
+        self,
+        policy: Policy,
+        node: Node,
+        k: int,
+        generator: torch.Generator | None,
+        exclude: Collection[str] = (),
     ) -> list[Candidate]:
-        """One policy call: ``k`` candidates at ``node``, whose ``prompt`` becomes the
-        rendered history (one call renders one prompt, shared by its candidates)."""
-        candidates = policy.propose(node.history, k, generator=generator)
+        """One policy call: ``k`` candidates at ``node`` (none of the commands ``exclude``),
+        whose ``prompt`` becomes the rendered history (one call renders one prompt, shared
+        by its candidates)."""
+        candidates = policy.propose(node.history, k, generator=generator, exclude=exclude)
         self.stats.policy_calls += 1
         self.stats.policy_tokens += sum(len(c.action_ids) for c in candidates)
-        node.prompt = node.prompt or candidates[0].prompt
+        if candidates:
+            node.prompt = node.prompt or candidates[0].prompt
         return candidates
 
     def step_into(
