@@ -303,6 +303,8 @@ def check_loop_keys(cfg: DictConfig) -> None:
 # The keys that decide a run's iteration-1 trees: pi_0 is the base, so two runs equal in these
 # search the same trees, whatever they then train on them.
 TREE_KEYS = ("seed", "dense_reward", "model", "agent", "env", "critic", "search", "collect.split", "collect.num_tasks")
+# Keys added to those groups after runs were saved, with the value that searched as those runs did.
+ADDED_LATER = {"search": {"distinct_actions": False}}
 
 
 def trees_source(cfg: DictConfig) -> RunLayout | None:
@@ -335,7 +337,7 @@ def _tree_setting(cfg: DictConfig, key: str) -> Any:
     value = OmegaConf.select(cfg, key)
     if not OmegaConf.is_config(value):
         return value
-    plain = OmegaConf.to_container(value, resolve=True)
+    plain = ADDED_LATER.get(key, {}) | OmegaConf.to_container(value, resolve=True)
     if key == "model":  # where converted weights are cached is not which weights
         plain.pop("cache_dir", None)
         plain["adapter"] = _adapter_folders(plain.get("adapter"))

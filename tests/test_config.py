@@ -243,6 +243,21 @@ def test_trees_from_must_name_a_run_that_searched_as_this_run_would(make_cfg, no
     build(make_cfg("+experiment=smoke", f"collect.trees_from={source}", "objective.beta=0.5", "pairs.threshold=0.2")).env.close()
 
 
+def test_trees_from_reads_a_run_saved_before_a_search_key_existed_as_that_key_off(make_cfg, tmp_path):
+    from omegaconf import OmegaConf
+
+    from agentq.validation import check_trees_from
+
+    source = tmp_path / "source"
+    source.mkdir()
+    older = OmegaConf.to_container(make_cfg("+experiment=smoke"), resolve=True)
+    del older["search"]["distinct_actions"]  # saved before search.distinct_actions existed
+    OmegaConf.save(OmegaConf.create(older), source / "config.yaml")
+    check_trees_from(make_cfg("+experiment=smoke", f"collect.trees_from={source}"))
+    with pytest.raises(ValueError, match="another search "):
+        check_trees_from(make_cfg("+experiment=smoke", "search.distinct_actions=true", f"collect.trees_from={source}"))
+
+
 def test_trees_from_reads_one_adapter_however_its_path_is_written(make_cfg, tmp_path, monkeypatch):
     from omegaconf import OmegaConf
 

@@ -271,14 +271,16 @@ def test_the_clone80_explore_study_is_iter3s_first_iteration_but_for_c_exp(make_
 
 
 def settings(cfg, key: str):
-    """``key``'s value as plain data; ``pairs.balance_order`` false and ``pairs.observation_contains``
-    null where a run predates them."""
+    """``key``'s value as plain data; ``pairs.balance_order`` false, ``pairs.observation_contains``
+    null and ``search.distinct_actions`` false where a run predates them."""
     from omegaconf import OmegaConf
 
     value = OmegaConf.select(cfg, key)
     value = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
     if key == "pairs":
         value = {"balance_order": False, "observation_contains": None} | value
+    if key == "search":
+        value = {"distinct_actions": False} | value
     return value
 
 

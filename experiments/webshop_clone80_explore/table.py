@@ -1,15 +1,17 @@
 """One Agent Q iteration from the 80-demonstration clone at c_exp 3 (arm 1), the same trees'
-product-page pairs only (arm 2), against the clone (evaluated in arm 1's run) and against
+product-page pairs only (arm 2) and fit for 10 epochs (arm 3), a search that draws K distinct
+commands (arm 4), against the clone (evaluated in arm 1's run) and against
 webshop_clone80_iter3's first iteration (c_exp 1, same goals), on the 100 dev goals.
 
-    python experiments/webshop_clone80_explore/table.py [arm 1 run] [arm 2 run] [control run]
+    python experiments/webshop_clone80_explore/table.py [runs folder] [control run]
 
-Defaults: experiments/webshop_clone80_explore/runs/explore, .../runs/product and
-experiments/webshop_clone80_iter3/runs/iter3 (arm 2's and the control's rows are left out when
-their runs are not on this machine). Writes beside this file table.md / table.csv (the oracle on
-the same goals and step budget; appended: where the data came from), behaviour.md / .csv (the
-result each episode opened first, the options it clicked), failures.md / .csv (what each failed
-purchase missed, replayed in the env) and pairs.md / .csv (on which page the pairs were made).
+Defaults: experiments/webshop_clone80_explore/runs (arm 1 in explore/, then product/,
+product10/, distinct/) and experiments/webshop_clone80_iter3/runs/iter3 (an arm's rows are left
+out when its run is not on this machine). Writes beside this file table.md / table.csv (the
+oracle on the same goals and step budget; appended: where the data came from), behaviour.md /
+.csv (the result each episode opened first, the options it clicked), failures.md / .csv (what
+each failed purchase missed, replayed in the env) and pairs.md / .csv (on which page the pairs
+were made).
 """
 
 from __future__ import annotations
@@ -29,21 +31,31 @@ from envs.webshop.episodes import behaviour_row, pairs_row, shortfall_row
 STUDY = Path(__file__).parent
 CLONE = "clone on 80 demonstrations, greedy"
 EXPLORE = "Agent Q pi_1, c_exp 3 (step IPO beta 0.1, every pair; 100 training goals), greedy"
-PRODUCT = "Agent Q pi_1, c_exp 3, product-page pairs only (arm 2), greedy"
 CONTROL = "Agent Q pi_1, c_exp 1 (webshop_clone80_iter3's first iteration, same goals), greedy"
+# the arms after arm 1: run folder -> (row label, pairs label)
+ARMS = {
+    "product": ("Agent Q pi_1, c_exp 3, product-page pairs only (arm 2), greedy", "c_exp 3, product pages only (arm 2)"),
+    "product10": ("Agent Q pi_1, arm 2 fit for 10 epochs (arm 3), greedy", "c_exp 3, product pages only (arm 3)"),
+    "distinct": ("Agent Q pi_1, c_exp 3, K distinct commands (arm 4), greedy", "c_exp 3, K distinct commands (arm 4)"),
+}
 
 
-def main(run: Path, product: Path, control: Path) -> None:
+def main(runs: Path, control: Path) -> None:
+    run = runs / "explore"
     clone, explore = compare.by_goal(run, 0, ZERO_SHOT), compare.by_goal(run, 1, ZERO_SHOT)
     policies = {CLONE: clone, EXPLORE: explore}
     rows = [compare.evaluated_row(CLONE, run, 0, ZERO_SHOT), compare.evaluated_row(EXPLORE, run, 1, ZERO_SHOT, clone)]
-    pairs = [pairs_row("c_exp 3, iteration 1", ReplayBuffer(RunLayout(run)).examples(1))]
-    if RunLayout(product).config.exists():
-        policies[PRODUCT] = compare.by_goal(product, 1, ZERO_SHOT)
-        rows.append(compare.evaluated_row(PRODUCT, product, 1, ZERO_SHOT, clone))
-        pairs.append(pairs_row("c_exp 3, iteration 1, product pages only (arm 2)", ReplayBuffer(RunLayout(product)).examples(1)))
-    else:
-        print(f"{product} is not here: arm 2's rows are left out")
+    pairs = [pairs_row("c_exp 3, iteration 1 (arm 1)", ReplayBuffer(RunLayout(run)).examples(1))]
+    for folder, (label, pairs_label) in ARMS.items():
+        arm = runs / folder
+        if not RunLayout(arm).config.exists():
+            print(f"{arm} is not here: its rows are left out")
+            continue
+        policies[label] = compare.by_goal(arm, 1, ZERO_SHOT)
+        rows.append(compare.evaluated_row(label, arm, 1, ZERO_SHOT, clone))
+        if folder == "distinct":  # the same search but for distinct_actions: goal by goal against arm 1
+            rows.append(compare.evaluated_row(f"{label}, against arm 1", arm, 1, ZERO_SHOT, explore))
+        pairs.append(pairs_row(pairs_label, ReplayBuffer(RunLayout(arm)).examples(1)))
     if RunLayout(control).config.exists():
         policies[CONTROL] = compare.by_goal(control, 1, ZERO_SHOT)
         rows.append(compare.evaluated_row(CONTROL, control, 1, ZERO_SHOT, clone))
@@ -62,5 +74,5 @@ def main(run: Path, product: Path, control: Path) -> None:
 
 if __name__ == "__main__":
     args = [Path(a) for a in sys.argv[1:]]
-    defaults = [STUDY / "runs" / "explore", STUDY / "runs" / "product", STUDY.parent / "webshop_clone80_iter3" / "runs" / "iter3"]
+    defaults = [STUDY / "runs", STUDY.parent / "webshop_clone80_iter3" / "runs" / "iter3"]
     main(*args, *defaults[len(args):])
