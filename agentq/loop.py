@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import functools
 import logging
+import signal
 
 import numpy as np
 import torch
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig
 
 from agentq import oracle, tracking
@@ -65,6 +67,8 @@ def run(cfg: DictConfig) -> dict:
         status = "success"
         log.info("result (%s):\n%s", layout.root, runs_table(load_study(layout.root)).to_markdown())
         return summary
+    except SIGTERMException as stopped:  # Lightning's is a SystemExit(0): a killed run would exit as a finished one
+        raise SystemExit(128 + signal.SIGTERM) from stopped
     finally:
         if pool is not None:
             pool.close()

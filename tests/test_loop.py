@@ -127,6 +127,23 @@ def test_training_runs_with_no_engine_thread_alive_and_the_engine_serves_again_a
     assert summary["iterations"][-1]["eval"]["zero_shot"]["num_tasks"] == 1  # decoded after training
 
 
+def test_a_run_stopped_by_sigterm_in_training_exits_as_killed(make_cfg, monkeypatch):
+    # Lightning turns SIGTERM into SIGTERMException, a SystemExit(0): a sweep would count the run as done.
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    import agentq.loop
+
+    def fit(*args, **kwargs):
+        raise SIGTERMException()
+
+    monkeypatch.setattr(agentq.loop, "fit", fit)
+    cfg = make_cfg("+experiment=smoke", "eval.base=false", "eval.search=false", "eval.num_tasks=1")
+    with pytest.raises(SystemExit) as stopped:
+        run(cfg)
+    assert stopped.value.code == 143  # 128 + SIGTERM, as a shell reports a process the signal killed
+    assert not (Path(cfg.paths.run_dir) / "iter_001" / "adapter").exists()
+
+
 def test_wandb_offline_run_is_written_and_finished(make_cfg, monkeypatch):
     import wandb
 
