@@ -107,3 +107,10 @@ def test_pairs_row_counts_pairs_by_the_page_their_state_shows(env: WebShopEnv) -
     ]
     row = pairs_row("iteration 1", pairs)
     assert row == {"row": "iteration 1", "pairs": 5, "search page": 1, "results page": 1, "product page": 2, "other page": 1}
+
+
+def test_product_page_click_tells_an_option_from_buy_now_and_navigation() -> None:
+    from envs.webshop.episodes import product_page_click
+
+    kinds = [product_page_click(c) for c in ("click[walnut]", "click[Buy Now]", "click[< Prev]", "click[Reviews]", "search[bed]", "")]
+    assert kinds == ["option", "Buy Now", "other button", "other button", "no click", "no click"]

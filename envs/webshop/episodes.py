@@ -32,6 +32,19 @@ RESULT_IDS = re.compile(r"\[button\] (\S+) \[button_\] \[SEP\] [^[]")
 _CLICK = re.compile(r"click\[(.+)\]")
 
 
+CLICKS = ("option", "Buy Now", "other button", "no click")
+
+
+def product_page_click(command: str) -> str:
+    """What a command does on a product page: one of :data:`CLICKS`."""
+    clicked = _CLICK.fullmatch(command or "")
+    if not clicked:
+        return CLICKS[3]
+    if clicked[1] == BUY_NOW:
+        return CLICKS[1]
+    return CLICKS[2] if clicked[1] in NAVIGATION else CLICKS[0]
+
+
 def episode_behaviour(trajectory: dict) -> tuple[int | None, int, bool]:
     """(rank of the first result opened or None, options clicked, bought) of one episode."""
     opened, options = None, 0
@@ -44,7 +57,7 @@ def episode_behaviour(trajectory: dict) -> tuple[int | None, int, bool]:
         ids = RESULT_IDS.findall(page) if TOTAL_RESULTS in page else []
         if clicked[1] in ids and opened is None:
             opened = ids.index(clicked[1]) + 1
-        elif button(BUY_NOW) in page and clicked[1] not in NAVIGATION:
+        elif button(BUY_NOW) in page and product_page_click(step["command"]) == "option":
             options += 1
     bought = any(step["command"] == f"click[{BUY_NOW}]" for step in steps)
     return opened, options, bought

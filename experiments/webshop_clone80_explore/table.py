@@ -7,26 +7,35 @@ webshop_clone80_iter3's first iteration (c_exp 1, same goals), on the 100 dev go
 
 Defaults: experiments/webshop_clone80_explore/runs (arm 1 in explore/, then product/,
 product10/, distinct/) and experiments/webshop_clone80_iter3/runs/iter3 (an arm's rows are left
-out when its run is not on this machine). Writes beside this file table.md / table.csv (the
+out when its run is not on this machine or not evaluated). Writes beside this file table.md / table.csv (the
 oracle on the same goals and step budget; appended: where the data came from), behaviour.md /
 .csv (the result each episode opened first, the options it clicked), failures.md / .csv (what
-each failed purchase missed, replayed in the env) and pairs.md / .csv (on which page the pairs
-were made).
+each failed purchase missed, replayed in the env), pairs.md / .csv (on which page the pairs
+were made) and directions.md / .csv (what the product-page pairs chose over what).
 """
 
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from pathlib import Path
 
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from agentq import compare
+from agentq.agent.action import parse_composite
 from agentq.data.buffer import ReplayBuffer
 from agentq.layout import RunLayout
 from agentq.modes import ZERO_SHOT
-from envs.webshop.episodes import behaviour_row, pairs_row, shortfall_row
+from envs.webshop.episodes import (
+    CLICKS,
+    behaviour_row,
+    page_kind,
+    pairs_row,
+    product_page_click,
+    shortfall_row,
+)
 
 STUDY = Path(__file__).parent
 CLONE = "clone on 80 demonstrations, greedy"
@@ -40,27 +49,40 @@ ARMS = {
 }
 
 
+def directions_row(label: str, pairs) -> dict:
+    """Product-page pairs by what the chosen and the rejected action click ("option > Buy Now":
+    the search preferred selecting an option to buying at once)."""
+    counts = Counter(
+        f"{product_page_click(parse_composite(p.chosen).command)} > {product_page_click(parse_composite(p.rejected).command)}"
+        for p in pairs
+        if page_kind(p.prompt[-1]["content"]) == "product page"
+    )
+    shown = [f"{a} > {b}" for a in CLICKS[:3] for b in CLICKS[:3]]
+    return {"row": label} | {k: counts[k] for k in shown} | {"other": sum(counts.values()) - sum(counts[k] for k in shown)}
+
+
 def main(runs: Path, control: Path) -> None:
     run = runs / "explore"
     clone, explore = compare.by_goal(run, 0, ZERO_SHOT), compare.by_goal(run, 1, ZERO_SHOT)
     policies = {CLONE: clone, EXPLORE: explore}
     rows = [compare.evaluated_row(CLONE, run, 0, ZERO_SHOT), compare.evaluated_row(EXPLORE, run, 1, ZERO_SHOT, clone)]
-    pairs = [pairs_row("c_exp 3, iteration 1 (arm 1)", ReplayBuffer(RunLayout(run)).examples(1))]
+    made = {"c_exp 3, iteration 1 (arm 1)": ReplayBuffer(RunLayout(run)).examples(1)}
     for folder, (label, pairs_label) in ARMS.items():
         arm = runs / folder
-        if not RunLayout(arm).config.exists():
-            print(f"{arm} is not here: its rows are left out")
+        if RunLayout(arm).examples(1).exists():
+            made[pairs_label] = ReplayBuffer(RunLayout(arm)).examples(1)
+        if not RunLayout(arm).eval_metrics(1, ZERO_SHOT).exists():
+            print(f"{arm} is not here or not evaluated yet: its dev rows are left out")
             continue
         policies[label] = compare.by_goal(arm, 1, ZERO_SHOT)
         rows.append(compare.evaluated_row(label, arm, 1, ZERO_SHOT, clone))
         if folder == "distinct":  # the same search but for distinct_actions: goal by goal against arm 1
             rows.append(compare.evaluated_row(f"{label}, against arm 1", arm, 1, ZERO_SHOT, explore))
-        pairs.append(pairs_row(pairs_label, ReplayBuffer(RunLayout(arm)).examples(1)))
     if RunLayout(control).config.exists():
         policies[CONTROL] = compare.by_goal(control, 1, ZERO_SHOT)
         rows.append(compare.evaluated_row(CONTROL, control, 1, ZERO_SHOT, clone))
         rows.append(compare.evaluated_row(f"{EXPLORE}, against c_exp 1", run, 1, ZERO_SHOT, policies[CONTROL]))
-        pairs.append(pairs_row("c_exp 1, iteration 1 (webshop_clone80_iter3)", ReplayBuffer(RunLayout(control)).examples(1)))
+        made["c_exp 1, iteration 1 (webshop_clone80_iter3)"] = ReplayBuffer(RunLayout(control)).examples(1)
     else:
         print(f"{control} is not here: the c_exp 1 rows are left out")
     rows.append(compare.oracle_study_row(run))
@@ -69,7 +91,8 @@ def main(runs: Path, control: Path) -> None:
     print(compare.write_rows(STUDY, "table", rows, appendix=data))
     print(compare.write_rows(STUDY, "behaviour", [behaviour_row(f"{k} (dev)", v) for k, v in policies.items()]))
     print(compare.write_rows(STUDY, "failures", [shortfall_row(f"{k} (dev)", env, v) for k, v in policies.items()]))
-    print(compare.write_rows(STUDY, "pairs", pairs))
+    print(compare.write_rows(STUDY, "pairs", [pairs_row(k, v) for k, v in made.items()]))
+    print(compare.write_rows(STUDY, "directions", [directions_row(k, v) for k, v in made.items()]))
 
 
 if __name__ == "__main__":
