@@ -6,12 +6,14 @@ webshop_clone80_iter3's first iteration (c_exp 1, same goals), on the 100 dev go
     python experiments/webshop_clone80_explore/table.py [runs folder] [control run]
 
 Defaults: experiments/webshop_clone80_explore/runs (arm 1 in explore/, then product/,
-product10/, distinct/) and experiments/webshop_clone80_iter3/runs/iter3 (an arm's rows are left
-out when its run is not on this machine or not evaluated). Writes beside this file table.md / table.csv (the
-oracle on the same goals and step budget; appended: where the data came from), behaviour.md /
-.csv (the result each episode opened first, the options it clicked), failures.md / .csv (what
-each failed purchase missed, replayed in the env), pairs.md / .csv (on which page the pairs
-were made) and directions.md / .csv (what the product-page pairs chose over what).
+product10/, distinct/) and experiments/webshop_clone80_iter3/runs/iter3 (an arm's rows are
+left out when its run is not on this machine or not evaluated). Writes beside this file
+table.md / table.csv (the oracle on the same goals and step budget; appended: where the data
+came from), behaviour.md / .csv (the result each episode opened first, the options it
+clicked), failures.md / .csv (what each failed purchase missed, replayed in the env),
+pairs.md / .csv (on which page the pairs were made), directions.md / .csv (what the
+product-page pairs chose over what) and, once evaluate_test.sh has run, test.md / .csv (the
+first 200 test goals).
 """
 
 from __future__ import annotations
@@ -93,6 +95,24 @@ def main(runs: Path, control: Path) -> None:
     print(compare.write_rows(STUDY, "failures", [shortfall_row(f"{k} (dev)", env, v) for k, v in policies.items()]))
     print(compare.write_rows(STUDY, "pairs", [pairs_row(k, v) for k, v in made.items()]))
     print(compare.write_rows(STUDY, "directions", [directions_row(k, v) for k, v in made.items()]))
+    test_rows(runs / "test200")
+
+
+def test_rows(folder: Path) -> None:
+    """test.md / .csv: the clone and each arm the rule sent to the test goals (evaluate_test.sh),
+    goal by goal against the clone, with the oracle on the same 200 goals."""
+    clone_run = folder / "clone"
+    if not RunLayout(clone_run).eval_metrics(0, ZERO_SHOT).exists():
+        print(f"{clone_run} is not here: no test rows")
+        return
+    clone = compare.by_goal(clone_run, 0, ZERO_SHOT)
+    rows = [compare.evaluated_row(f"{CLONE} (test)", clone_run, 0, ZERO_SHOT)]
+    for folder_name, (label, _) in ARMS.items():
+        arm = folder / folder_name
+        if RunLayout(arm).eval_metrics(0, ZERO_SHOT).exists():
+            rows.append(compare.evaluated_row(f"{label} (test)", arm, 0, ZERO_SHOT, clone))
+    rows.append(compare.oracle_study_row(clone_run))
+    print(compare.write_rows(STUDY, "test", rows))
 
 
 if __name__ == "__main__":
