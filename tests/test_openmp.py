@@ -4,6 +4,7 @@ no team to give back."""
 
 import os
 import threading
+import time
 
 import pytest
 import torch
@@ -33,6 +34,16 @@ def team_of_own() -> set[int]:
     return os_threads() - before
 
 
+def threads_once_ended(team: set[int], timeout: float = 5.0) -> set[int]:
+    """The live threads once ``team``'s have exited, or at ``timeout``: a released worker
+    leaves its barrier at once but its OS thread ends a moment later (CI saw one still
+    listed right after the release)."""
+    deadline = time.monotonic() + timeout
+    while team & os_threads() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return os_threads()
+
+
 def in_thread(fn):
     """``fn()`` in a fresh thread (pytest's own thread may already hold a team)."""
     out = []
@@ -57,7 +68,8 @@ def test_a_thread_gives_back_its_own_team_and_no_other():
 
     def body():
         team = team_of_own()
-        return team, release_openmp_team(), os_threads()
+        released = release_openmp_team()
+        return team, released, threads_once_ended(team)
 
     try:
         team, released, after = in_thread(body)
