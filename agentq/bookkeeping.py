@@ -102,9 +102,10 @@ class RunBook:
 
 
 def peak_rss_gb() -> float:
-    """This process's peak resident set size so far, in GB (getrusage counts KB on Linux, bytes on macOS)."""
+    """This process's peak resident set size so far, in GB (10^9 bytes, as ``rss_gb``; getrusage
+    counts KiB on Linux, bytes on macOS)."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return round(peak / (1e9 if sys.platform == "darwin" else 1e6), 2)
+    return round(peak * (1 if sys.platform == "darwin" else 1024) / 1e9, 2)
 
 
 def rss_gb() -> float:
