@@ -303,8 +303,12 @@ def check_loop_keys(cfg: DictConfig) -> None:
 # The keys that decide a run's iteration-1 trees: pi_0 is the base, so two runs equal in these
 # search the same trees, whatever they then train on them.
 TREE_KEYS = ("seed", "dense_reward", "model", "agent", "env", "critic", "search", "collect.split", "collect.num_tasks")
-# Keys added to those groups after runs were saved, with the value that searched as those runs did.
-ADDED_LATER = {"search": {"distinct_actions": False}}
+# Keys added after runs were saved, with the value that ran as those runs did (a saved config
+# without them is read with these).
+ADDED_LATER = {
+    "search": {"distinct_actions": False},
+    "pairs": {"balance_order": False, "observation_contains": None},
+}
 
 
 def trees_source(cfg: DictConfig) -> RunLayout | None:

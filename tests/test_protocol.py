@@ -271,17 +271,16 @@ def test_the_clone80_explore_study_is_iter3s_first_iteration_but_for_c_exp(make_
 
 
 def settings(cfg, key: str):
-    """``key``'s value as plain data; ``pairs.balance_order`` false, ``pairs.observation_contains``
-    null and ``search.distinct_actions`` false where a run predates them."""
+    """``key``'s value as plain data, with the keys added since a run was saved at the values it
+    ran with (``validation.ADDED_LATER``)."""
     from omegaconf import OmegaConf
 
+    from agentq.validation import ADDED_LATER
+
     value = OmegaConf.select(cfg, key)
-    value = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
-    if key == "pairs":
-        value = {"balance_order": False, "observation_contains": None} | value
-    if key == "search":
-        value = {"distinct_actions": False} | value
-    return value
+    if not OmegaConf.is_config(value):
+        return value
+    return ADDED_LATER.get(key, {}) | OmegaConf.to_container(value, resolve=True)
 
 
 def test_the_clone80_agent_r_study_trains_on_the_trees_agent_q_searched_and_reads_dev_goals_only(make_cfg, tmp_path):
