@@ -13,6 +13,7 @@ declare -A adapters=(
   [clone]="[$clone]"
   [product10]="[$clone,$study/runs/product10/iter_001/adapter]"
   [distinct]="[$clone,$study/runs/distinct/iter_001/adapter]"
+  [distinct_product]="[$clone,$study/runs/distinct_product/iter_001/adapter]"
 )
 
 for name in "$@"; do

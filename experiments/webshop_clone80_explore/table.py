@@ -48,7 +48,14 @@ ARMS = {
     "product": ("Agent Q pi_1, c_exp 3, product-page pairs only (arm 2), greedy", "c_exp 3, product pages only (arm 2)"),
     "product10": ("Agent Q pi_1, arm 2 fit for 10 epochs (arm 3), greedy", "c_exp 3, product pages only (arm 3)"),
     "distinct": ("Agent Q pi_1, c_exp 3, K distinct commands (arm 4), greedy", "c_exp 3, K distinct commands (arm 4)"),
+    "distinct_product": (
+        "Agent Q pi_1, arm 4's product-page pairs only (arm 5), greedy", "K distinct commands, product pages only (arm 5)"
+    ),
 }
+
+# Arm -> (what it is read against as secondary, that arm's row label): each differs from it in one
+# setting (arm 4 from arm 1 in search.distinct_actions; arm 5 from arm 2 in the trees).
+AGAINST = {"distinct": ("arm 1", EXPLORE), "distinct_product": ("arm 2", ARMS["product"][0])}
 
 
 def directions_row(label: str, pairs) -> dict:
@@ -78,8 +85,9 @@ def main(runs: Path, control: Path) -> None:
             continue
         policies[label] = compare.by_goal(arm, 1, ZERO_SHOT)
         rows.append(compare.evaluated_row(label, arm, 1, ZERO_SHOT, clone))
-        if folder == "distinct":  # the same search but for distinct_actions: goal by goal against arm 1
-            rows.append(compare.evaluated_row(f"{label}, against arm 1", arm, 1, ZERO_SHOT, explore))
+        if folder in AGAINST:  # the arm that differs from it in one setting, goal by goal
+            name, other = AGAINST[folder]
+            rows.append(compare.evaluated_row(f"{label}, against {name}", arm, 1, ZERO_SHOT, policies[other]))
     if RunLayout(control).config.exists():
         policies[CONTROL] = compare.by_goal(control, 1, ZERO_SHOT)
         rows.append(compare.evaluated_row(CONTROL, control, 1, ZERO_SHOT, clone))
