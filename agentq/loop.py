@@ -108,9 +108,8 @@ def improve(parts: Components, book: RunBook, weights: Weights, iteration: int, 
     with book.phase(iteration, "train"), phase(name, unit="batches", bar=False) as advance:
         peft_model, metrics = fit(
             model, tokenizer, examples, objective=parts.objective, out_dir=layout.iteration(iteration),
-            loggers=book.loggers, seed=parts.seed + iteration, **parts.training.fit_kwargs(),
+            loggers=book.loggers, seed=parts.seed + iteration, on_batch=advance, **parts.training.fit_kwargs(),
         )  # fmt: skip
-        advance(metrics.get("steps", 0))
     write_json(layout.train_metrics(iteration), metrics)
     return peft_model.merge_and_unload()
 

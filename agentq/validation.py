@@ -304,7 +304,8 @@ def check_loop_keys(cfg: DictConfig) -> None:
 # search the same trees, whatever they then train on them.
 TREE_KEYS = ("seed", "dense_reward", "model", "agent", "env", "critic", "search", "collect.split", "collect.num_tasks")
 # Keys added after runs were saved, with the value that ran as those runs did (a saved config
-# without them is read with these).
+# without them is read with these). `_tree_setting` merges the TREE_KEYS among them ("search");
+# "pairs" is here for whoever compares a saved config's pairs, tests/test_protocol.py today.
 ADDED_LATER = {
     "search": {"distinct_actions": False},
     "pairs": {"balance_order": False, "observation_contains": None},

@@ -169,7 +169,7 @@ def _tiny_pairs(n: int, per_node: int = 1) -> list:
 
 
 def _fit_with_kill(
-    out_dir: Path, monkeypatch, *, every_n_steps: int, kill_at: int | None = None, grouped: bool = False
+    out_dir: Path, monkeypatch, *, every_n_steps: int, kill_at: int | None = None, grouped: bool = False, on_batch=None
 ):
     """14 pairs, 2 a batch: 7 batches an epoch; two batches an optimiser step (the last
     batch of an epoch steps alone): 4 steps an epoch, 3 epochs; LoRA dropout 0.1.
@@ -181,7 +181,7 @@ def _fit_with_kill(
     model, tokenizer = TinyRandomModel().load()
     train = dict(
         max_epochs=3, lora_dropout=0.1, lightning={"accelerator": "cpu", "accumulate_grad_batches": 2},
-        checkpoint_every_n_steps=every_n_steps, seed=3, shared_prefix=grouped,
+        checkpoint_every_n_steps=every_n_steps, seed=3, shared_prefix=grouped, on_batch=on_batch,
     )
     pairs = _tiny_pairs(14, per_node=3 if grouped else 1)
     if kill_at is None:
@@ -225,16 +225,28 @@ def test_fit_killed_mid_epoch_resumes_to_the_uninterrupted_adapter(
     from agentq.training.fit import STEP_HISTORY
 
     reference = tmp_path / "reference"
-    _, ref_metrics = _fit_with_kill(reference, monkeypatch, every_n_steps=every_n_steps, grouped=grouped)
+    counted = {"reference": [], "killed": [], "resumed": []}  # what each attempt told on_batch
+    _, ref_metrics = _fit_with_kill(
+        reference, monkeypatch, every_n_steps=every_n_steps, grouped=grouped, on_batch=counted["reference"].append
+    )
 
     run = tmp_path / "run"
-    calls = _fit_with_kill(run, monkeypatch, every_n_steps=every_n_steps, kill_at=kill_at, grouped=grouped)
+    calls = _fit_with_kill(
+        run, monkeypatch, every_n_steps=every_n_steps, kill_at=kill_at, grouped=grouped, on_batch=counted["killed"].append
+    )
     assert len(calls) == kill_at + 1 and calls[-1] not in (0, 6), "the kill fell on an epoch boundary"
     checkpoint = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
     assert (checkpoint["epoch"], checkpoint["global_step"]) == saved_at
     # A new process's global RNGs are in another state: training must not depend on them.
     torch.manual_seed(1234)
-    _, metrics = _fit_with_kill(run, monkeypatch, every_n_steps=every_n_steps, grouped=grouped)
+    _, metrics = _fit_with_kill(
+        run, monkeypatch, every_n_steps=every_n_steps, grouped=grouped, on_batch=counted["resumed"].append
+    )
+    # Each attempt's progress counts the micro-batches it trained: the killed one up to the
+    # batch that raised, the resumed one all but those its checkpoint restored.
+    restored = len(checkpoint["step_metrics"])
+    assert 0 < restored < kill_at
+    assert {k: sum(v) for k, v in counted.items()} == {"reference": 21, "killed": kill_at, "resumed": 21 - restored}
 
     ours, theirs = _adapter(run), _adapter(reference)
     assert ours.keys() == theirs.keys()

@@ -136,6 +136,7 @@ def fit(
     shared_prefix: bool = False,
     loggers: Sequence[Any] | bool = False,
     seed: int = 0,
+    on_batch: Callable[[int], None] | None = None,
 ) -> tuple[PeftModel, dict[str, float]]:
     """Train a fresh adapter on ``examples`` (all StepPair, all TrajectoryPair or
     all SFTExample, matching ``objective.kind``); resume from
@@ -150,6 +151,8 @@ def fit(
     history is scored once for all of them. ``use_logged_reference`` applies to
     preference objectives. ``lightning["precision"]`` may be ``auto``
     (:func:`resolve_precision`): bf16 autocast where the hardware computes bf16.
+    ``on_batch(n)`` hears of the micro-batches trained in this process as they end
+    (:class:`CountBatches`), not those a killed attempt trained before a resume.
     """
     if batch_size < 1:
         raise ValueError(f"trainer.batch_size must be >= 1, got {batch_size}")
@@ -181,6 +184,8 @@ def fit(
     in_workers = trains_in_workers(trainer)
     if in_workers:
         trainer.loggers = []  # logged from here after fit (see the module docstring)
+    elif on_batch is not None:
+        trainer.callbacks.append(CountBatches(on_batch))
     module = adapter_module(
         model, lora, kind, objective, optimizer, seed=seed, rows_per_forward=2 * batch_size,
         gradient_checkpointing=gradient_checkpointing, use_logged_reference=use_logged_reference,
@@ -198,6 +203,8 @@ def fit(
     with worker_seed(seed) if in_workers else contextlib.nullcontext():
         trainer.fit(module, loader, ckpt_path=str(last) if last.exists() else None)
     take_history(module, history, loggers=loggers if in_workers else ())
+    if in_workers and on_batch is not None:  # a worker's callbacks run in its own process
+        on_batch(len(module.history))  # the whole phase's, resumed steps included
     save_adapter(peft_model, out_dir / "adapter")
     shutil.rmtree(checkpoints, ignore_errors=True)  # the adapter is the durable result
     peft_model.eval()
@@ -259,6 +266,18 @@ class SeedEachBatch(Callback):
         random.seed(seed)
         np.random.seed(seed % 2**32)
         torch.manual_seed(seed)
+
+
+class CountBatches(Callback):
+    """Calls ``on_batch(1)`` as each training micro-batch ends in this process: a phase's
+    progress line then counts what this attempt trained (a resumed fit's restored history
+    ran in the killed one), and a fit stopped midway still reports how far it got."""
+
+    def __init__(self, on_batch: Callable[[int], None]) -> None:
+        self.on_batch = on_batch
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
+        self.on_batch(1)
 
 
 class StepHistory(Callback):

@@ -53,9 +53,9 @@ ARMS = {
     ),
 }
 
-# Arm -> (what it is read against as secondary, that arm's row label): each differs from it in one
-# setting (arm 4 from arm 1 in search.distinct_actions; arm 5 from arm 2 in the trees).
-AGAINST = {"distinct": ("arm 1", EXPLORE), "distinct_product": ("arm 2", ARMS["product"][0])}
+# Arm's folder -> (what it is read against as secondary, that arm's folder): each differs from it in
+# one setting (arm 4 from arm 1 in search.distinct_actions; arm 5 from arm 2 in the trees).
+AGAINST = {"distinct": ("arm 1", "explore"), "distinct_product": ("arm 2", "product")}
 
 
 def directions_row(label: str, pairs) -> dict:
@@ -74,6 +74,7 @@ def main(runs: Path, control: Path) -> None:
     run = runs / "explore"
     clone, explore = compare.by_goal(run, 0, ZERO_SHOT), compare.by_goal(run, 1, ZERO_SHOT)
     policies = {CLONE: clone, EXPLORE: explore}
+    by_folder = {"explore": explore}  # each arm's episodes, for AGAINST
     rows = [compare.evaluated_row(CLONE, run, 0, ZERO_SHOT), compare.evaluated_row(EXPLORE, run, 1, ZERO_SHOT, clone)]
     made = {"c_exp 3, iteration 1 (arm 1)": ReplayBuffer(RunLayout(run)).examples(1)}
     for folder, (label, pairs_label) in ARMS.items():
@@ -83,11 +84,11 @@ def main(runs: Path, control: Path) -> None:
         if not RunLayout(arm).eval_metrics(1, ZERO_SHOT).exists():
             print(f"{arm} is not here or not evaluated yet: its dev rows are left out")
             continue
-        policies[label] = compare.by_goal(arm, 1, ZERO_SHOT)
+        policies[label] = by_folder[folder] = compare.by_goal(arm, 1, ZERO_SHOT)
         rows.append(compare.evaluated_row(label, arm, 1, ZERO_SHOT, clone))
-        if folder in AGAINST:  # the arm that differs from it in one setting, goal by goal
-            name, other = AGAINST[folder]
-            rows.append(compare.evaluated_row(f"{label}, against {name}", arm, 1, ZERO_SHOT, policies[other]))
+        name, other = AGAINST.get(folder, (None, None))
+        if other in by_folder:  # the arm that differs from it in one setting, goal by goal
+            rows.append(compare.evaluated_row(f"{label}, against {name}", arm, 1, ZERO_SHOT, by_folder[other]))
     if RunLayout(control).config.exists():
         policies[CONTROL] = compare.by_goal(control, 1, ZERO_SHOT)
         rows.append(compare.evaluated_row(CONTROL, control, 1, ZERO_SHOT, clone))
