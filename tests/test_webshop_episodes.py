@@ -9,6 +9,7 @@ from envs.webshop import WebShopEnv
 from envs.webshop.episodes import (
     RESULT_IDS,
     behaviour_row,
+    directions_row,
     episode_behaviour,
     page_kind,
     pairs_row,
@@ -107,6 +108,31 @@ def test_pairs_row_counts_pairs_by_the_page_their_state_shows(env: WebShopEnv) -
     ]
     row = pairs_row("iteration 1", pairs)
     assert row == {"row": "iteration 1", "pairs": 5, "search page": 1, "results page": 1, "product page": 2, "other page": 1}
+
+
+def test_directions_row_counts_what_product_page_pairs_chose_over_what(env: WebShopEnv) -> None:
+    from agentq.agent.action import parse_composite
+
+    task_id, goal = goal_on_first_page(env)
+    env.reset(options={"task_id": task_id})
+    results, *_ = env.step(f"search[{goal.instruction_text}]")
+    product, *_ = env.step(f"click[{goal.asin}]")
+    moves = [  # (page, chosen, rejected): the results page's pair is no product-page pair
+        (product, "click[walnut]", "click[Buy Now]"),
+        (product, "click[walnut]", "click[Buy Now]"),
+        (product, "click[Buy Now]", "click[black]"),
+        (product, "click[Reviews]", "click[Buy Now]"),
+        (product, "search[bed]", "click[Buy Now]"),
+        (results, "click[Next >]", "click[Buy Now]"),
+    ]
+    pairs = [
+        StepPair(task_id, 0, [{"role": "user", "content": page}], f"COMMAND: {c}", f"COMMAND: {r}", [1], [2], -1.0, -2.0, 1.0, 0.0, 1, 1)
+        for page, c, r in moves
+    ]
+    row = directions_row("arm", pairs, lambda text: parse_composite(text).command)
+    assert row["option > Buy Now"] == 2 and row["Buy Now > option"] == 1 and row["other button > Buy Now"] == 1
+    assert row["other"] == 1  # "no click > Buy Now" is not among the nine shown
+    assert sum(v for k, v in row.items() if k != "row") == 5
 
 
 def test_product_page_click_tells_an_option_from_buy_now_and_navigation() -> None:

@@ -4,15 +4,16 @@
 ``command``), the rank of the first search result it opened, how many options it clicked
 on product pages and whether it bought. Studies count these to tell a policy that picks
 the right product from one that also selects the goal's options. ``shortfall_row`` replays
-failed episodes to say which part of the reward each purchase missed, and ``pairs_row``
-counts on which page step pairs were made.
+failed episodes to say which part of the reward each purchase missed, ``pairs_row``
+counts on which page step pairs were made and ``directions_row`` what product-page pairs
+chose over what.
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from envs.webshop.engine import (
     BACK_TO_SEARCH,
@@ -96,6 +97,19 @@ def pairs_row(label: str, pairs: Iterable) -> dict:
     last message of its prompt is the observation the two actions answer)."""
     counts = Counter(page_kind(pair.prompt[-1]["content"]) for pair in pairs)
     return {"row": label, "pairs": sum(counts.values())} | {page: counts[page] for page in PAGES}
+
+
+def directions_row(label: str, pairs: Iterable, command: Callable[[str], str]) -> dict:
+    """A table row of what the product-page pairs chose over what ("option > Buy Now": the search
+    preferred selecting an option to buying at once); ``command`` reads the command out of an
+    action's text (the agent's parser: envs know nothing of its format)."""
+    counts = Counter(
+        f"{product_page_click(command(p.chosen))} > {product_page_click(command(p.rejected))}"
+        for p in pairs
+        if page_kind(p.prompt[-1]["content"]) == "product page"
+    )
+    shown = [f"{a} > {b}" for a in CLICKS[:3] for b in CLICKS[:3]]
+    return {"row": label} | {k: counts[k] for k in shown} | {"other": sum(counts.values()) - sum(counts[k] for k in shown)}
 
 
 # What a purchase can miss, in RewardBreakdown's terms.

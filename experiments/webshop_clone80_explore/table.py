@@ -19,7 +19,6 @@ first 200 test goals).
 from __future__ import annotations
 
 import sys
-from collections import Counter
 from pathlib import Path
 
 from hydra.utils import instantiate
@@ -30,14 +29,7 @@ from agentq.agent.action import parse_composite
 from agentq.data.buffer import ReplayBuffer
 from agentq.layout import RunLayout
 from agentq.modes import ZERO_SHOT
-from envs.webshop.episodes import (
-    CLICKS,
-    behaviour_row,
-    page_kind,
-    pairs_row,
-    product_page_click,
-    shortfall_row,
-)
+from envs.webshop.episodes import behaviour_row, directions_row, pairs_row, shortfall_row
 
 STUDY = Path(__file__).parent
 CLONE = "clone on 80 demonstrations, greedy"
@@ -58,16 +50,8 @@ ARMS = {
 AGAINST = {"distinct": ("arm 1", "explore"), "distinct_product": ("arm 2", "product")}
 
 
-def directions_row(label: str, pairs) -> dict:
-    """Product-page pairs by what the chosen and the rejected action click ("option > Buy Now":
-    the search preferred selecting an option to buying at once)."""
-    counts = Counter(
-        f"{product_page_click(parse_composite(p.chosen).command)} > {product_page_click(parse_composite(p.rejected).command)}"
-        for p in pairs
-        if page_kind(p.prompt[-1]["content"]) == "product page"
-    )
-    shown = [f"{a} > {b}" for a in CLICKS[:3] for b in CLICKS[:3]]
-    return {"row": label} | {k: counts[k] for k in shown} | {"other": sum(counts.values()) - sum(counts[k] for k in shown)}
+def command(text: str) -> str:
+    return parse_composite(text).command
 
 
 def main(runs: Path, control: Path) -> None:
@@ -103,7 +87,7 @@ def main(runs: Path, control: Path) -> None:
     print(compare.write_rows(STUDY, "behaviour", [behaviour_row(f"{k} (dev)", v) for k, v in policies.items()]))
     print(compare.write_rows(STUDY, "failures", [shortfall_row(f"{k} (dev)", env, v) for k, v in policies.items()]))
     print(compare.write_rows(STUDY, "pairs", [pairs_row(k, v) for k, v in made.items()]))
-    print(compare.write_rows(STUDY, "directions", [directions_row(k, v) for k, v in made.items()]))
+    print(compare.write_rows(STUDY, "directions", [directions_row(k, v, command) for k, v in made.items()]))
     test_rows(runs / "test200")
 
 
