@@ -270,6 +270,28 @@ def test_the_clone80_explore_study_is_iter3s_first_iteration_but_for_c_exp(make_
     assert (cfg.iterations, iter3.iterations, iter3.search.c_exp) == (1, 3, 1.0)
 
 
+def test_the_clone80_goals200_study_is_arm_5_of_explore_on_200_goals(make_cfg):
+    from omegaconf import OmegaConf
+
+    from agentq.components import build
+
+    adapter = "model.adapter=experiments/webshop_bc_scale/runs/n80/iter_001/adapter"
+    cfg = make_cfg("+experiment=webshop_base", "+study=webshop_clone80_goals200", adapter)
+    with pytest.raises(ValueError, match="tuning=true .* with eval.split=test"):
+        build(make_cfg("+experiment=webshop_base", "+study=webshop_clone80_goals200", adapter, "eval.split=test"))
+    arm5 = OmegaConf.load(CONF.parent / "experiments/webshop_clone80_explore/config/distinct_product.yaml")
+    for key in ("seed", "tuning", "iterations", "dense_reward", "agent", "critic", "search", "pairs",
+                "objective", "env.make", "eval.split", "eval.num_tasks", "eval.max_steps"):  # fmt: skip
+        assert settings(cfg, key) == settings(arm5, key), key
+    weights = [{k: v for k, v in settings(c, "model").items() if k != "cache_dir"} for c in (cfg, arm5)]
+    assert weights[0] == weights[1]  # where converted weights are cached is not which weights
+    trainer = ("batch_size", "use_logged_reference", "shared_prefix", "optimizer", "lora", "lightning")
+    assert all(settings(cfg, f"trainer.{k}") == settings(arm5, f"trainer.{k}") for k in trainer)
+    # Searched afresh on 200 goals (arm 5 took arm 4's 100 trees), the clone evaluated beside it.
+    assert settings(cfg, "collect") == settings(arm5, "collect") | {"num_tasks": 200, "trees_from": None}
+    assert cfg.eval.base and not arm5.eval.base
+
+
 def settings(cfg, key: str):
     """``key``'s value as plain data, with the keys added since a run was saved at the values it
     ran with (``validation.ADDED_LATER``)."""
