@@ -7,7 +7,8 @@ Default run: experiments/webshop_clone80_goals200/runs/goals200. Writes beside t
 table.md / .csv (appended: where the data came from), behaviour.md / .csv (the result each
 episode opened first, the options it clicked), failures.md / .csv (what each failed purchase
 missed, replayed in the env), pairs.md / .csv (on which page the pairs were made) and
-directions.md / .csv (what the product-page pairs chose over what).
+directions.md / .csv (what the product-page pairs chose over what) and, once evaluate_test.sh
+has run, test.md / .csv (the first 200 test goals).
 """
 
 from __future__ import annotations
@@ -50,6 +51,21 @@ def main(run: Path) -> None:
     print(compare.write_rows(STUDY, "failures", [shortfall_row(f"{k} (dev)", env, v) for k, v in policies.items()]))
     print(compare.write_rows(STUDY, "pairs", [pairs_row(k, v) for k, v in pairs.items()]))
     print(compare.write_rows(STUDY, "directions", [directions_row(k, v, command) for k, v in pairs.items()]))
+    test_rows(run.parent / "test200")
+
+
+def test_rows(folder: Path) -> None:
+    """test.md / .csv: the clone and pi_1 on the first 200 test goals (evaluate_test.sh), goal by
+    goal, with the oracle on the same goals and step budget."""
+    runs = {CLONE: folder / "clone", AGENT_Q: folder / "pi_1"}
+    if not all(RunLayout(r).eval_metrics(0, ZERO_SHOT).exists() for r in runs.values()):
+        print(f"{folder} does not hold both test evaluations: no test rows")
+        return
+    clone = compare.by_goal(runs[CLONE], 0, ZERO_SHOT)
+    rows = [compare.evaluated_row(f"{CLONE} (test)", runs[CLONE], 0, ZERO_SHOT)]
+    rows.append(compare.evaluated_row(f"{AGENT_Q} (test)", runs[AGENT_Q], 0, ZERO_SHOT, clone))
+    rows.append(compare.oracle_study_row(runs[CLONE]))
+    print(compare.write_rows(STUDY, "test", rows))
 
 
 if __name__ == "__main__":
