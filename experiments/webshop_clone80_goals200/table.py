@@ -8,7 +8,8 @@ table.md / .csv (appended: where the data came from), behaviour.md / .csv (the r
 episode opened first, the options it clicked), failures.md / .csv (what each failed purchase
 missed, replayed in the env), pairs.md / .csv (on which page the pairs were made) and
 directions.md / .csv (what the product-page pairs chose over what) and, once evaluate_test.sh
-has run, test.md / .csv (the first 200 test goals).
+has run, test.md / .csv, test_behaviour.md / .csv and test_failures.md / .csv (the first 200
+test goals).
 """
 
 from __future__ import annotations
@@ -66,6 +67,10 @@ def test_rows(folder: Path) -> None:
     rows.append(compare.evaluated_row(f"{AGENT_Q} (test)", runs[AGENT_Q], 0, ZERO_SHOT, clone))
     rows.append(compare.oracle_study_row(runs[CLONE]))
     print(compare.write_rows(STUDY, "test", rows))
+    policies = {k: compare.by_goal(r, 0, ZERO_SHOT) for k, r in runs.items()}
+    env = instantiate(OmegaConf.load(RunLayout(runs[CLONE]).config).env.make).unwrapped
+    print(compare.write_rows(STUDY, "test_behaviour", [behaviour_row(f"{k} (test)", v) for k, v in policies.items()]))
+    print(compare.write_rows(STUDY, "test_failures", [shortfall_row(f"{k} (test)", env, v) for k, v in policies.items()]))
 
 
 if __name__ == "__main__":
