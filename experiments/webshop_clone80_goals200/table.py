@@ -48,29 +48,32 @@ def main(run: Path) -> None:
     env = instantiate(OmegaConf.load(RunLayout(run).config).env.make).unwrapped  # the run's catalogue
     data = f"\nWhere the data came from:\n\n{compare.diagnostics_markdown(run)}"
     print(compare.write_rows(STUDY, "table", rows, appendix=data))
-    print(compare.write_rows(STUDY, "behaviour", [behaviour_row(f"{k} (dev)", v) for k, v in policies.items()]))
-    print(compare.write_rows(STUDY, "failures", [shortfall_row(f"{k} (dev)", env, v) for k, v in policies.items()]))
+    episode_tables("", "dev", env, policies)
     print(compare.write_rows(STUDY, "pairs", [pairs_row(k, v) for k, v in pairs.items()]))
     print(compare.write_rows(STUDY, "directions", [directions_row(k, v, command) for k, v in pairs.items()]))
-    test_rows(run.parent / "test200")
+    test_rows(run.parent / "test200", env)
 
 
-def test_rows(folder: Path) -> None:
+def episode_tables(prefix: str, split: str, env, policies: dict) -> None:
+    """<prefix>behaviour and <prefix>failures (.md / .csv) of each policy's episodes on ``split``."""
+    print(compare.write_rows(STUDY, f"{prefix}behaviour", [behaviour_row(f"{k} ({split})", v) for k, v in policies.items()]))
+    print(compare.write_rows(STUDY, f"{prefix}failures", [shortfall_row(f"{k} ({split})", env, v) for k, v in policies.items()]))
+
+
+def test_rows(folder: Path, env) -> None:
     """test.md / .csv: the clone and pi_1 on the first 200 test goals (evaluate_test.sh), goal by
-    goal, with the oracle on the same goals and step budget."""
+    goal, with the oracle on the same goals and step budget; ``env`` is the study's (the test runs
+    are its config with eval.split=test)."""
     runs = {CLONE: folder / "clone", AGENT_Q: folder / "pi_1"}
     if not all(RunLayout(r).eval_metrics(0, ZERO_SHOT).exists() for r in runs.values()):
         print(f"{folder} does not hold both test evaluations: no test rows")
         return
-    clone = compare.by_goal(runs[CLONE], 0, ZERO_SHOT)
+    policies = {k: compare.by_goal(r, 0, ZERO_SHOT) for k, r in runs.items()}
     rows = [compare.evaluated_row(f"{CLONE} (test)", runs[CLONE], 0, ZERO_SHOT)]
-    rows.append(compare.evaluated_row(f"{AGENT_Q} (test)", runs[AGENT_Q], 0, ZERO_SHOT, clone))
+    rows.append(compare.evaluated_row(f"{AGENT_Q} (test)", runs[AGENT_Q], 0, ZERO_SHOT, policies[CLONE]))
     rows.append(compare.oracle_study_row(runs[CLONE]))
     print(compare.write_rows(STUDY, "test", rows))
-    policies = {k: compare.by_goal(r, 0, ZERO_SHOT) for k, r in runs.items()}
-    env = instantiate(OmegaConf.load(RunLayout(runs[CLONE]).config).env.make).unwrapped
-    print(compare.write_rows(STUDY, "test_behaviour", [behaviour_row(f"{k} (test)", v) for k, v in policies.items()]))
-    print(compare.write_rows(STUDY, "test_failures", [shortfall_row(f"{k} (test)", env, v) for k, v in policies.items()]))
+    episode_tables("test_", "test", env, policies)
 
 
 if __name__ == "__main__":
