@@ -29,6 +29,7 @@ from lightning.pytorch.loggers import CSVLogger
 from omegaconf import DictConfig, OmegaConf
 
 from agentq import oracle
+from agentq.checks import require_int
 from agentq.data.buffer import ReplayBuffer
 from agentq.layout import RunLayout, read_json, write_json
 from agentq.modes import MODES, seconds_per_success
@@ -39,12 +40,42 @@ PACKAGES = ("torch", "transformers", "peft", "lightning", "hydra-core", "gymnasi
 
 
 def locate(cfg: DictConfig) -> tuple[DictConfig, RunLayout, bool]:
-    """(the config to run, where, resuming): ``resume=<run dir>`` runs that run's saved config."""
-    if cfg.get("resume"):
-        layout = RunLayout(Path(cfg.resume))
-        log.info("resuming %s", layout.root)
-        return OmegaConf.load(layout.config), layout, True
-    return cfg, RunLayout(Path(cfg.paths.run_dir)), False
+    """(the config to run, where, resuming): ``resume=<run dir>`` runs that run's saved config,
+    and ``extend_to=N`` with it runs that config to N iterations (a finished run goes on)."""
+    extend_to = cfg.get("extend_to")
+    if not cfg.get("resume"):
+        if extend_to is not None:
+            raise ValueError(f"extend_to={extend_to!r} continues a saved run: give it with resume=<run dir>")
+        return cfg, RunLayout(Path(cfg.paths.run_dir)), False
+    layout = RunLayout(Path(cfg.resume))
+    saved = moved(OmegaConf.load(layout.config), layout.root)
+    if extend_to is not None:
+        # Iteration i reads nothing of the total (its goals, seeds and pi_ref come from i), so
+        # the extended run is the run that had asked for N iterations from the start.
+        require_int("extend_to", extend_to, int(saved.iterations))
+        saved.iterations = int(extend_to)
+    log.info("resuming %s (%d iterations)", layout.root, saved.iterations)
+    return saved, layout, True
+
+
+def moved(saved: DictConfig, root: Path) -> DictConfig:
+    """``saved`` with its paths into the run folder pointed at ``root``, where the folder is now:
+    a copied run (a second arm from the same iterations, an extension) logs into itself."""
+    old = str(OmegaConf.select(saved, "paths.run_dir", default=root))
+    if Path(old).resolve() == root.resolve():
+        return saved
+
+    def repoint(value):
+        if isinstance(value, dict):
+            return {k: repoint(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [repoint(v) for v in value]
+        if isinstance(value, str) and (value == old or value.startswith(f"{old}/")):
+            return f"{root}{value[len(old) :]}"
+        return value
+
+    log.info("the run was saved in %s: its paths now lead to %s", old, root)
+    return OmegaConf.create(repoint(OmegaConf.to_container(saved)))
 
 
 class RunBook:
@@ -54,8 +85,11 @@ class RunBook:
         if not resuming:
             layout.root.mkdir(parents=True, exist_ok=True)
             layout.config.write_text(OmegaConf.to_yaml(cfg, resolve=True))
-        elif removed := layout.remove_partial_writes():
-            log.info("removed %d file(s) the killed run had not finished writing", removed)
+        else:
+            if OmegaConf.load(layout.config) != cfg:  # extended or moved (locate): the record follows
+                layout.config.write_text(OmegaConf.to_yaml(cfg, resolve=True))
+            if removed := layout.remove_partial_writes():
+                log.info("removed %d file(s) the killed run had not finished writing", removed)
         if cfg.get("threads"):
             torch.set_num_threads(int(cfg.threads))
         seed_everything(cfg.seed, env)

@@ -1,11 +1,14 @@
-"""What a run records about itself: the memory figures' unit, and what a phase leaves behind."""
+"""What a run records about itself: the memory figures' unit, what a phase leaves behind, and
+which saved config a resumed run runs."""
 
 import gc
 from pathlib import Path
 
 import numpy as np
+import pytest
+from omegaconf import OmegaConf
 
-from agentq.bookkeeping import peak_rss_gb, release_memory, rss_gb
+from agentq.bookkeeping import locate, peak_rss_gb, release_memory, rss_gb
 
 
 def status_gb(field: str) -> float:
@@ -49,3 +52,24 @@ def test_release_memory_frees_what_a_phase_left_in_reference_cycles():
     finally:
         if enabled:
             gc.enable()
+
+
+def test_extend_to_needs_a_saved_run_and_at_least_its_iterations(tmp_path):
+    (tmp_path / "config.yaml").write_text("iterations: 2\nseed: 0\n")
+    fresh = OmegaConf.create({"resume": None, "extend_to": 3, "paths": {"run_dir": str(tmp_path)}})
+    with pytest.raises(ValueError, match="extend_to=3 continues a saved run"):
+        locate(fresh)
+    with pytest.raises(ValueError, match=r"extend_to must be an integer >= 2, got 1"):
+        locate(OmegaConf.create({"resume": str(tmp_path), "extend_to": 1}))
+    cfg, layout, resuming = locate(OmegaConf.create({"resume": str(tmp_path), "extend_to": 3}))
+    assert (cfg.iterations, layout.root, resuming) == (3, tmp_path, True)
+    assert locate(OmegaConf.create({"resume": str(tmp_path), "extend_to": None}))[0].iterations == 2
+
+
+def test_a_copied_run_folder_resumes_with_its_paths_in_the_copy(tmp_path):
+    saved = {"paths": {"run_dir": "runs/a"}, "logger": {"csv": {"save_dir": "runs/a"}}, "iterations": 1}
+    saved |= {"notes": ["runs/a/trees", "runs/ab", "elsewhere/runs/a"]}
+    (tmp_path / "config.yaml").write_text(OmegaConf.to_yaml(saved))
+    cfg = locate(OmegaConf.create({"resume": str(tmp_path)}))[0]
+    assert cfg.paths.run_dir == cfg.logger.csv.save_dir == str(tmp_path)
+    assert list(cfg.notes) == [f"{tmp_path}/trees", "runs/ab", "elsewhere/runs/a"]  # only paths into the folder

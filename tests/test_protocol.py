@@ -292,6 +292,21 @@ def test_the_clone80_goals200_study_is_arm_5_of_explore_on_200_goals(make_cfg):
     assert cfg.eval.base and not arm5.eval.base
 
 
+def test_the_goals200_iter3_study_is_the_goals200_run_to_three_iterations(make_cfg):
+    from omegaconf import OmegaConf
+
+    adapter = "model.adapter=experiments/webshop_bc_scale/runs/n80/iter_001/adapter"
+    cfg = make_cfg("+experiment=webshop_base", "+study=webshop_clone80_goals200_iter3", adapter)
+    saved = OmegaConf.load(CONF.parent / "experiments/webshop_clone80_goals200/config/goals200.yaml")
+    for key in ("seed", "tuning", "dense_reward", "agent", "critic", "search", "pairs", "objective",
+                "env.make", "collect", "eval", "trainer"):  # fmt: skip
+        assert settings(cfg, key) == settings(saved, key), key
+    assert {k: v for k, v in settings(cfg, "model").items() if k != "cache_dir"} == {
+        k: v for k, v in settings(saved, "model").items() if k != "cache_dir"
+    }
+    assert (cfg.iterations, saved.iterations) == (3, 1)
+
+
 def settings(cfg, key: str):
     """``key``'s value as plain data, with the keys added since a run was saved at the values it
     ran with (``validation.ADDED_LATER``)."""

@@ -4,6 +4,7 @@ finished is redone or lost, and deterministic results equal an uninterrupted run
 import itertools
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -389,3 +390,34 @@ def test_a_resumed_run_keeps_the_killed_attempts_csv_metrics(tmp_path):
     assert "0.5" in (logs / "metrics.csv").read_text() and "0.6" not in (logs / "metrics.csv").read_text()
     assert attempt(0.4, resuming=False)  # a fresh run in the folder starts a fresh file, as Lightning does (and says)
     assert not (logs / "metrics.attempt-3.csv").exists()
+
+
+def test_a_finished_run_extended_to_more_iterations_is_the_run_that_asked_for_them(tmp_path):
+    overrides = ["+experiment=smoke", "collect.num_tasks=1", "eval.base=false", "eval.search=false", "eval.num_tasks=1"]
+    reference = tmp_path / "reference"
+    args = _run_py(*overrides, "iterations=2", f"hydra.run.dir={reference}")
+    subprocess.run(args, cwd=ROOT, env=ENV, check=True, capture_output=True, timeout=900)
+    run_dir = tmp_path / "run"
+    subprocess.run(_run_py(*overrides, f"hydra.run.dir={run_dir}"), cwd=ROOT, env=ENV, check=True, capture_output=True, timeout=900)
+    first = snapshot((run_dir / "iter_001" / "collect").glob("task_*.json"))
+    logged = snapshot((run_dir / "logs").iterdir())
+    # Extended in a copy of its folder: the copy logs into itself and the original is untouched.
+    original, run_dir = run_dir, shutil.copytree(run_dir, tmp_path / "copy")
+
+    done = subprocess.run(
+        _run_py("+experiment=smoke", f"resume={run_dir}", "extend_to=2", f"hydra.run.dir={tmp_path / 'log'}"),
+        cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert snapshot((original / "logs").iterdir()) == logged and not (original / "iter_002").exists()
+    assert "iteration" in (run_dir / "logs" / "metrics.csv").read_text()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    check_summary(summary, iterations=2, modes=("zero_shot",), base=False)
+    assert snapshot((run_dir / "iter_001" / "collect").glob("task_*.json")) == first  # iteration 1 was not redone
+    assert "iterations: 2" in (run_dir / "config.yaml").read_text().splitlines()  # resume= alone now runs to 2
+    # Iteration 2 searched with the replayed pi_1 and trained against it: the reference's.
+    for name, (data, _) in snapshot((reference / "iter_002" / "collect").glob("task_*.json")).items():
+        assert (run_dir / "iter_002" / "collect" / name).read_bytes() == data
+    ours, theirs = (load_file(d / "iter_002" / "adapter" / "adapter_model.safetensors") for d in (run_dir, reference))
+    assert ours.keys() == theirs.keys()
+    assert max((ours[k] - theirs[k]).abs().max().item() for k in ours) <= 1e-6
