@@ -343,3 +343,42 @@ def test_the_clone80_agent_r_study_trains_on_the_trees_agent_q_searched_and_read
     base = OmegaConf.load(CONF.parent / "experiments/webshop_bc_scale/config/eval_n80.yaml")
     for key in ("seed", "eval.split", "eval.num_tasks", "eval.max_steps", "env.make", "agent.prompt", "agent.sampling"):
         assert OmegaConf.select(cfg, key) == OmegaConf.select(base, key), key
+
+
+def test_each_studys_test_read_runs_its_policies_through_the_shared_script(make_cfg, tmp_path):
+    import os
+    import subprocess
+
+    from omegaconf import OmegaConf
+
+    stub = tmp_path / "bin" / "python"  # records each `python run.py ...` the scripts would run
+    stub.parent.mkdir()
+    stub.write_text('#!/bin/sh\nprintf "%s\\n" "$@" --- >> "$CALLS"\n')
+    stub.chmod(0o755)
+    env = {**os.environ, "PATH": f"{stub.parent}:{os.environ['PATH']}", "CALLS": str(tmp_path / "calls")}
+
+    def calls(script: str, *names: str) -> list[list[str]]:
+        (tmp_path / "calls").unlink(missing_ok=True)
+        subprocess.run(["bash", f"experiments/{script}/evaluate_test.sh", *names], cwd=CONF.parent, env=env, check=True)
+        argv = (tmp_path / "calls").read_text().split("---\n")[:-1]
+        return [[a for a in lines.splitlines() if a != "run.py" and not a.startswith("resume=")] for lines in argv]
+
+    # goals200's test read as it ran (config/test200_pi_1.yaml): the same adapters and evaluation.
+    clone, pi_1 = calls("webshop_clone80_goals200", "clone", "pi_1")
+    saved = OmegaConf.load(CONF.parent / "experiments/webshop_clone80_goals200/config/test200_pi_1.yaml")
+    cfg = make_cfg(*pi_1)
+    for key in ("iterations", "tuning", "eval", "paths.run_dir", "env.make"):
+        assert settings(cfg, key) == settings(saved, key), key
+    assert list(cfg.model.adapter) == list(saved.model.adapter)
+    assert make_cfg(*clone).model.adapter == saved.model.adapter[:1]
+    (arm,) = calls("webshop_clone80_explore", "product10")
+    explore = "experiments/webshop_clone80_explore/runs"
+    assert list(make_cfg(*arm).model.adapter) == saved.model.adapter[:1] + [f"{explore}/product10/iter_001/adapter"]
+    assert make_cfg(*arm).paths.run_dir == f"{explore}/test200/product10"
+    # The three-iteration study's pi_3: the clone and the run's three adapters, in order.
+    (pi_3,) = calls("webshop_clone80_goals200_iter3", "pi_3")
+    cfg = make_cfg(*pi_3)
+    run = "experiments/webshop_clone80_goals200_iter3/runs/iter3"
+    assert list(cfg.model.adapter) == saved.model.adapter[:1] + [f"{run}/iter_00{i}/adapter" for i in (1, 2, 3)]
+    assert (cfg.eval.split, cfg.eval.num_tasks, cfg.tuning, cfg.iterations) == ("test", 200, False, 0)
+    assert cfg.paths.run_dir == "experiments/webshop_clone80_goals200_iter3/runs/test200/pi_3"
