@@ -3,6 +3,7 @@ summary is listed, the tree renderer draws what was explored, the W&B spec build
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 import sys
@@ -325,3 +326,39 @@ def test_the_runs_table_ends_with_the_scripted_oracle(multirun, tmp_path):
     assert rows[-1]["status"] == "oracle, 8 tasks"
     assert (rows[-1]["zero-shot success"], rows[-1]["zero-shot reward"]) == ("1.000 [0.68, 1.00]", "1.000")
     assert rows[-1]["β"] == rows[-1]["wall s"] == "-"
+
+
+def test_episodes_csv_keeps_every_evaluation_goal_by_goal(multirun, tmp_path):
+    """The run folders are not committed; episodes.csv keeps what a later paired row needs."""
+
+    def episode(task_id, commands, success, score):
+        steps = [{"command": c} for c in commands]
+        trajectory = {"task_id": task_id, "steps": steps, "success": success, "score": score}
+        return json.dumps({"trajectory": trajectory, "stats": {}})
+
+    job = multirun / "0"
+    for iteration, mode, task_id, commands, success, score in [
+        (0, "zero_shot", 12, ["search[a | b]", "click[Buy Now]"], False, 0.5),
+        (0, "zero_shot", 3, ["search[x, y]"], False, 0.0),
+        (1, "zero_shot", 3, ["search[x, y]", "click[b1]", "click[Buy Now]"], True, 1.0),
+        (1, "search_committed", 3, [], False, 0.0),
+    ]:
+        folder = job / f"iter_{iteration:03d}" / "eval" / mode
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"task_{task_id}.json").write_text(episode(task_id, commands, success, score))
+    (job / "iter_001" / "eval" / "zero_shot" / "task_5.json").write_text("{")  # a partial write
+
+    files = write_report(load_study(multirun), tmp_path / "out")
+    with files.episodes.open() as f:
+        rows = list(csv.DictReader(f))
+    got = [(r["run"], r["iteration"], r["mode"], r["task_id"], r["success"], r["score"], r["steps"]) for r in rows]
+    assert got == [
+        ("0", "0", "zero_shot", "3", "False", "0.0", "1"),
+        ("0", "0", "zero_shot", "12", "False", "0.5", "2"),  # by task id, not by file name
+        ("0", "1", "search_committed", "3", "False", "0.0", "0"),
+        ("0", "1", "zero_shot", "3", "True", "1.0", "3"),
+    ]
+    assert json.loads(rows[1]["commands"]) == ["search[a | b]", "click[Buy Now]"]
+    assert "[episodes.csv](episodes.csv), 4 evaluation episodes" in files.markdown.read_text()
+    assert '<a href="episodes.csv">episodes.csv</a>, 4 evaluation episodes' in files.html.read_text()
+    assert write_report(load_study(multirun / "1"), tmp_path / "none").episodes is None  # nothing evaluated

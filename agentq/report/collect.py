@@ -289,6 +289,37 @@ def largest_tree(study: Study) -> tuple[Run, Path, dict[str, Any]] | None:
     return None
 
 
+EPISODE_COLUMNS = ("run", "iteration", "mode", "task_id", "success", "score", "steps", "commands")
+
+
+def episode_records(study: Study) -> list[dict[str, Any]]:
+    """Every evaluation episode of the study's runs, one record per run, iteration, mode and
+    goal (``EPISODE_COLUMNS``; ``commands`` is a JSON list). Run folders are not committed, so
+    these are what lets a later comparison pair a new row with these goals, and count identical
+    episodes, once the folders are gone."""
+    records = []
+    for run in study.runs:
+        for folder in sorted(p for p in run.path.glob("iter_*/eval/*") if p.is_dir()):
+            found = []
+            for file in folder.glob(TASK_GLOB):
+                trajectory = (_read_json(file) or {}).get("trajectory")
+                if not trajectory:
+                    continue  # a partial write, or not an episode
+                commands = [step["command"] for step in trajectory.get("steps", [])]
+                found.append({
+                    "run": run.name,
+                    "iteration": int(folder.parent.parent.name.removeprefix("iter_")),
+                    "mode": folder.name,
+                    "task_id": trajectory["task_id"],
+                    "success": bool(trajectory.get("success")),
+                    "score": trajectory.get("score"),
+                    "steps": len(commands),
+                    "commands": json.dumps(commands),
+                })  # fmt: skip
+            records += sorted(found, key=lambda r: (type(r["task_id"]).__name__, r["task_id"]))
+    return records
+
+
 def _read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text())

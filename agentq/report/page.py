@@ -1,15 +1,17 @@
 """Write the report files: ``report.html`` (self-contained), ``report.md``,
-``report.png`` (the learning curves) and ``tree.svg``."""
+``report.png`` (the learning curves), ``tree.svg`` and ``episodes.csv`` (every evaluation
+episode's outcome, goal by goal)."""
 
 from __future__ import annotations
 
+import csv
 import html
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from agentq.report import plots
-from agentq.report.collect import Study, largest_tree, short_key
+from agentq.report.collect import EPISODE_COLUMNS, Study, episode_records, largest_tree, short_key
 from agentq.report.tables import iterations_table, runs_table
 from agentq.report.tree_render import render_tree_svg
 
@@ -17,6 +19,11 @@ NUMBERS_NOTE = (
     "Numbers are read from each run's summary.json and printed with 3 decimals "
     "(wall seconds with 1); success and reward are fractions in [0, 1]; "
     "'pairs (all iterations)' sums iterations[i].num_pairs."
+)
+
+EPISODES_NOTE = (
+    "run, iteration, mode, task id, success, score, steps and the commands, so that a later row "
+    "can be paired with these goals without the run folders"
 )
 
 CSS = """
@@ -35,6 +42,7 @@ class ReportFiles:
     markdown: Path
     png: Path
     tree_svg: Path | None
+    episodes: Path | None = None
 
 
 def _describe(study: Study) -> list[str]:
@@ -89,6 +97,15 @@ def write_report(study: Study, out_dir: str | Path, *, max_tree_nodes: int = 40)
             f"run {run.name}: {file.relative_to(run.path)} (the largest tree of its last collect)"
         )
 
+    records = episode_records(study)
+    episodes_path = out / "episodes.csv" if records else None
+    counted = f"{len(records)} evaluation episodes ({EPISODES_NOTE})"
+    if episodes_path is not None:
+        with episodes_path.open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=EPISODE_COLUMNS)
+            writer.writeheader()
+            writer.writerows(records)
+
     runs, iterations = runs_table(study), iterations_table(study)
     title = f"agentq report: {study.path.name}"
     description = _describe(study)
@@ -106,6 +123,8 @@ def write_report(study: Study, out_dir: str | Path, *, max_tree_nodes: int = 40)
     md += [runs.to_markdown(), "", "## Per iteration", "", iterations.to_markdown(), ""]
     md += ["![learning curves](report.png)", ""]
     md += [f"Search tree: {tree_caption}" + (" ([tree.svg](tree.svg))" if svg_path else ""), ""]
+    if episodes_path is not None:
+        md += [f"Goal by goal: [episodes.csv](episodes.csv), {counted}.", ""]
     md_path = out / "report.md"
     md_path.write_text("\n".join(md))
 
@@ -125,6 +144,8 @@ def write_report(study: Study, out_dir: str | Path, *, max_tree_nodes: int = 40)
     body += ["<h2>Search tree</h2>", f'<p class="note">{html.escape(tree_caption)}</p>']
     if tree_svg:
         body.append(f'<div class="tree">{tree_svg}</div>')
+    if episodes_path is not None:
+        body.append(f'<p class="note">Goal by goal: <a href="episodes.csv">episodes.csv</a>, {html.escape(counted)}.</p>')
     body.append(
         f'<p class="note">generated {time.strftime("%Y-%m-%d %H:%M:%S")} by python -m agentq.report</p>'
     )
@@ -136,4 +157,4 @@ def write_report(study: Study, out_dir: str | Path, *, max_tree_nodes: int = 40)
     )
     html_path = out / "report.html"
     html_path.write_text(page)
-    return ReportFiles(html=html_path, markdown=md_path, png=png_path, tree_svg=svg_path)
+    return ReportFiles(html=html_path, markdown=md_path, png=png_path, tree_svg=svg_path, episodes=episodes_path)
