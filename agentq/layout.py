@@ -113,6 +113,11 @@ class RunLayout:
     def episode(self, iteration: int, mode: str, task_id: Any) -> Path:
         return task_file(self.episodes(iteration, mode), task_id)
 
+    def episode_folders(self) -> list[tuple[int, str, Path]]:
+        """(iteration, mode, folder) of every mode's episodes the run wrote, in that order."""
+        found = (p for p in self.root.glob("iter_*/eval/*") if p.is_dir())
+        return sorted((int(p.parent.parent.name.removeprefix("iter_")), p.name, p) for p in found)
+
     def remove_partial_writes(self) -> int:
         """Delete what :func:`atomic_write_text` had not finished when the run was killed
         (the file it was writing was never replaced, so nothing is lost); how many."""

@@ -299,7 +299,7 @@ def episode_records(study: Study) -> list[dict[str, Any]]:
     episodes, once the folders are gone."""
     records = []
     for run in study.runs:
-        for folder in sorted(p for p in run.path.glob("iter_*/eval/*") if p.is_dir()):
+        for iteration, mode, folder in RunLayout(run.path).episode_folders():
             found = []
             for file in folder.glob(TASK_GLOB):
                 trajectory = (_read_json(file) or {}).get("trajectory")
@@ -308,8 +308,8 @@ def episode_records(study: Study) -> list[dict[str, Any]]:
                 commands = [step["command"] for step in trajectory.get("steps", [])]
                 found.append({
                     "run": run.name,
-                    "iteration": int(folder.parent.parent.name.removeprefix("iter_")),
-                    "mode": folder.name,
+                    "iteration": iteration,
+                    "mode": mode,
                     "task_id": trajectory["task_id"],
                     "success": bool(trajectory.get("success")),
                     "score": trajectory.get("score"),
