@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -78,9 +79,11 @@ class Worker:
         )  # fmt: skip
         return task_id
 
-    def close(self) -> None:
+    def close(self) -> int:
+        """Release the engine and the envs; returns this actor's process id."""
         self.weights.engine.close()
         self.parts.close()
+        return os.getpid()
 
 
 class RayPool:
@@ -163,12 +166,15 @@ class RayPool:
         import ray
 
         try:
-            ray.get([actor.close.remote() for actor in self.actors], timeout=60)
+            pids = ray.get([actor.close.remote() for actor in self.actors], timeout=60)
         except ray.exceptions.RayError:
             log.warning("a Ray worker did not close cleanly")
+            pids = []
         for actor in self.actors:
             ray.kill(actor)
         self.actors, self.policy_iteration = [], None
+        if self.parallel.get("address") is None:  # a local cluster: the pids are this machine's
+            wait_for_exit(pids, timeout=60)
 
     def close(self) -> None:
         """Stop the actors, and the cluster if this pool started it."""
@@ -180,3 +186,27 @@ class RayPool:
         if self.started:
             ray.shutdown()
             self.started = False
+
+
+def wait_for_exit(pids: Sequence[int], *, timeout: float) -> None:
+    """Return once every process in ``pids`` has ended (``ray.kill`` only asks), so
+    what follows a phase (training, the run's end) gets the actors' memory back;
+    warns after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while (alive := [pid for pid in pids if running(pid)]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if alive:
+        log.warning("Ray workers %s still running %.0f s after they were stopped", alive, timeout)
+
+
+def running(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie waiting to be reaped."""
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, PermissionError):  # ended (or its pid now someone else's)
+        return False
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):  # it ended just now, or there is no /proc (macOS: os.kill found it)
+        return not Path("/proc").is_dir()
+    return state != "Z"

@@ -5,6 +5,8 @@ leaves no Ray process behind, and bad settings are refused before any model load
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -12,7 +14,7 @@ import pytest
 
 from agentq.components import build
 from agentq.loop import run
-from agentq.on_ray import RayPool
+from agentq.on_ray import RayPool, running, wait_for_exit
 from tests.test_concurrency import records, same
 from tests.test_loop import check_summary
 from tests.test_resume import kill_when, resume, snapshot
@@ -64,6 +66,24 @@ def test_two_ray_workers_search_and_evaluate_as_one_process_and_leave_no_process
             assert same(local, on_ray) == [], folder  # floats to 1e-4: 1 torch thread per actor instead of 2
     assert (tmp_path / "ray" / "iter_001" / "adapter").exists()  # iteration 2's actors merged it
     assert ray_processes() <= others  # the local cluster stopped with the run
+
+
+def test_stopping_waits_for_the_stopped_processes_to_end_and_counts_a_zombie_as_ended():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert running(child.pid)
+        started = time.monotonic()
+        wait_for_exit([child.pid], timeout=0.5)  # still alive: gives up after its timeout
+        assert time.monotonic() - started >= 0.5
+        child.kill()  # not yet reaped (no wait): a zombie, whose memory is already back
+        started = time.monotonic()
+        wait_for_exit([child.pid], timeout=30)
+        assert time.monotonic() - started < 10
+        assert not running(child.pid)
+    finally:
+        child.kill()
+        child.wait()
+    assert not running(child.pid)
 
 
 @pytest.mark.parametrize(
