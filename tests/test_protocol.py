@@ -307,6 +307,16 @@ def test_the_goals200_iter3_study_is_the_goals200_run_to_three_iterations(make_c
     assert (cfg.iterations, saved.iterations) == (3, 1)
 
 
+def test_the_table_study_is_the_iter3_recipe_without_the_clone_evaluated_again(make_cfg):
+    adapter = "model.adapter=experiments/webshop_bc_scale/runs/n80/iter_001/adapter"
+    table = make_cfg("+experiment=webshop_base", "+study=webshop_agentq_table", adapter)
+    iter3 = make_cfg("+experiment=webshop_base", "+study=webshop_clone80_goals200_iter3", adapter)
+    for key in ("seed", "tuning", "iterations", "agent", "critic", "search", "pairs", "objective",
+                "env.make", "collect", "model", "trainer"):  # fmt: skip
+        assert settings(table, key) == settings(iter3, key), key
+    assert settings(table, "eval") == settings(iter3, "eval") | {"base": False}
+    assert table.tuning  # dev only: the test read is a separate run
+
 def settings(cfg, key: str):
     """``key``'s value as plain data, with the keys added since a run was saved at the values it
     ran with (``validation.ADDED_LATER``)."""
