@@ -292,6 +292,24 @@ def last_by_goal(run_dir: Path, mode: str = ZERO_SHOT) -> dict:
     return by_goal(run_dir, iteration_index(run_dir, "last"), mode)
 
 
+def recorded_by_goal(episodes_csv: Path, run: str, iteration: int, mode: str = ZERO_SHOT) -> dict:
+    """``by_goal`` read from a committed ``episodes.csv`` (``python -m agentq.report``) instead of a
+    run folder, which does not outlive its machine: task id -> each episode's success, score and
+    commands, what ``paired`` and ``study_row`` read. A decimal id reads back as an int (WebShop,
+    TextCraft and OpenTable ids are ints, ScienceWorld's are names). Raises if there are none."""
+    with episodes_csv.open(newline="") as f:
+        wanted = (run, str(iteration), mode)
+        rows = [r for r in csv.DictReader(f) if (r["run"], r["iteration"], r["mode"]) == wanted]
+    if not rows:
+        raise ValueError(f"{episodes_csv}: no {mode} episodes of run {run!r} at iteration {iteration}")
+    trajectories = {}
+    for r in rows:
+        task_id = int(r["task_id"]) if r["task_id"].isdecimal() else r["task_id"]
+        steps = [{"command": c} for c in json.loads(r["commands"])]
+        trajectories[task_id] = {"task_id": task_id, "success": r["success"] == "True", "score": float(r["score"]), "steps": steps}
+    return trajectories
+
+
 def commands(trajectory: dict) -> list[str]:
     return [step["command"] for step in trajectory["steps"]]
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from agentq.compare import by_goal, paired, recorded_by_goal
 from agentq.intervals import wilson_interval
 from agentq.report.__main__ import main as report_main
 from agentq.report.collect import load_study
@@ -362,3 +363,16 @@ def test_episodes_csv_keeps_every_evaluation_goal_by_goal(multirun, tmp_path):
     assert "[episodes.csv](episodes.csv), 4 evaluation episodes" in files.markdown.read_text()
     assert '<a href="episodes.csv">episodes.csv</a>, 4 evaluation episodes' in files.html.read_text()
     assert write_report(load_study(multirun / "1"), tmp_path / "none").episodes is None  # nothing evaluated
+
+    # Read back in place of the run folder: the same goals, outcomes and commands as the episodes.
+    (job / "iter_001" / "eval" / "zero_shot" / "task_5.json").unlink()  # compare reads whole files only
+    for iteration, mode in ((0, "zero_shot"), (1, "zero_shot"), (1, "search_committed")):
+        recorded = recorded_by_goal(files.episodes, "0", iteration, mode)
+        assert recorded == {
+            task_id: {k: t[k] for k in ("task_id", "success", "score", "steps")}
+            for task_id, t in by_goal(job, iteration, mode).items()
+        }
+    pair = paired(recorded_by_goal(files.episodes, "0", 1), by_goal(job, 0, "zero_shot"))
+    assert (pair["goals"], pair["won"], pair["lost"], pair["identical"]) == (1, 1, 0, 0)
+    with pytest.raises(ValueError, match="no zero_shot episodes of run '1' at iteration 0"):
+        recorded_by_goal(files.episodes, "1", 0)
