@@ -1,0 +1,67 @@
+"""webshop_agentq_table's dev tables: the clone and pi_1..pi_N on the 100 dev goals, each against
+the clone and against the policy before it, the oracle on the same goals and step budget, and
+where each iteration's pairs came from.
+
+    python experiments/webshop_agentq_table/table.py
+
+The clone is not evaluated in this run (eval.base=false): its dev episodes, under the same
+evaluation settings, are webshop_clone80_base's committed episodes.csv, paired goal by goal.
+Writes beside this file table.md / .csv, and for the iterations done behaviour.md / .csv (the
+policies only), pairs.md / .csv and directions.md / .csv.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from agentq import compare
+from agentq.agent.action import parse_composite
+from agentq.data.buffer import ReplayBuffer
+from agentq.layout import RunLayout
+from agentq.modes import ZERO_SHOT
+from envs.webshop.episodes import behaviour_row, directions_row, pairs_row
+
+STUDY = Path(__file__).parent
+RUN = STUDY / "runs" / "agentq"
+CLONE_EPISODES = STUDY.parent / "webshop_clone80_base" / "report" / "episodes.csv"
+CLONE = "clone on 80 demonstrations, greedy (webshop_clone80_base's episodes)"
+
+
+def policy(i: int) -> str:
+    return f"Agent Q pi_{i}, greedy" if i else CLONE
+
+
+def command(text: str) -> str:
+    return parse_composite(text).command
+
+
+def main() -> None:
+    layout = RunLayout(RUN)
+    iterations = compare.iteration_index(RUN, "last")
+    done = [i for i in range(1, iterations + 1) if layout.eval_metrics(i, ZERO_SHOT).exists()]
+    episodes = {0: compare.recorded_by_goal(CLONE_EPISODES, "dev", 0)} | {i: compare.by_goal(RUN, i, ZERO_SHOT) for i in done}
+    for i in done:  # paired rows count only the goals both played: they must be the same 100
+        if episodes[i].keys() != episodes[0].keys():
+            raise ValueError(f"pi_{i}'s dev goals are not the clone's: {sorted(episodes[i].keys() ^ episodes[0].keys())}")
+    max_steps = int(OmegaConf.load(layout.config).eval.max_steps)
+    costs = ("model calls / goal", "per success: tokens / env steps / wall s")  # not in episodes.csv
+    rows = [compare.study_row(CLONE, episodes[0], max_steps) | dict.fromkeys(costs, compare.NOT_EVALUATED)]
+    rows += [compare.evaluated_row(policy(i), RUN, i, ZERO_SHOT, episodes[0]) for i in done]
+    rows += [compare.evaluated_row(f"{policy(i)}, against pi_{i - 1}", RUN, i, ZERO_SHOT, episodes[i - 1])
+             for i in done if i >= 2]  # fmt: skip
+    rows.append(compare.oracle_study_row(RUN))
+    data = compare.diagnostics_markdown(RUN)
+    print(compare.write_rows(STUDY, "table", rows, appendix=f"\nWhere the data came from:\n\n{data}" if data else ""))
+    if done:  # the clone's episodes.csv keeps commands, not the pages behaviour_row reads
+        print(compare.write_rows(STUDY, "behaviour", [behaviour_row(f"{policy(i)} (dev)", episodes[i]) for i in done]))
+    buffer = ReplayBuffer(layout)
+    pairs = {f"iteration {i}": buffer.examples(i) for i in range(1, iterations + 1) if buffer.has_examples(i)}
+    if pairs:
+        print(compare.write_rows(STUDY, "pairs", [pairs_row(k, v) for k, v in pairs.items()]))
+        print(compare.write_rows(STUDY, "directions", [directions_row(k, v, command) for k, v in pairs.items()]))
+
+
+if __name__ == "__main__":
+    main()
