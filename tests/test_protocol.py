@@ -317,6 +317,7 @@ def test_the_table_study_is_the_iter3_recipe_without_the_clone_evaluated_again(m
     assert settings(table, "eval") == settings(iter3, "eval") | {"base": False}
     assert table.tuning  # dev only: the test read is a separate run
 
+
 def settings(cfg, key: str):
     """``key``'s value as plain data, with the keys added since a run was saved at the values it
     ran with (``validation.ADDED_LATER``)."""
