@@ -318,6 +318,36 @@ def test_the_table_study_is_the_iter3_recipe_without_the_clone_evaluated_again(m
     assert table.tuning  # dev only: the test read is a separate run
 
 
+def test_the_table_studys_rft_and_trajectory_dpo_runs_train_their_own_objective_on_its_trees(monkeypatch):
+    import importlib.util
+
+    from agentq import compare
+    from agentq.validation import check_trees_from
+
+    monkeypatch.chdir(CONF.parent)  # the script's paths are relative to the repo root, as its runs are
+    spec = importlib.util.spec_from_file_location("baselines", "experiments/webshop_agentq_table/baselines.py")
+    baselines = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(baselines)
+    table = compare.compose_config(["+experiment=webshop_base", "+study=webshop_agentq_table",
+                                    f"model.adapter={baselines.CLONE_ADAPTER}"])  # fmt: skip
+    for name in ("rft", "traj_dpo"):
+        cfg = compare.compose_config(baselines.overrides(name))
+        alone = compare.compose_config([f"+experiment=webshop_{name}"])
+        for key in ("pairs", "objective"):  # the method's own, not the study's Agent Q settings
+            assert settings(cfg, key) == settings(alone, key), (name, key)
+        check_trees_from(cfg)  # the committed run searched what this run would
+        assert cfg.collect.trees_from == "experiments/webshop_agentq_table/runs/agentq"
+        for key in ("seed", "tuning", "search", "agent", "env.make", "trainer.optimizer", "trainer.lightning"):
+            assert settings(cfg, key) == settings(table, key), (name, key)
+        # webshop_mcts_dpo's search at inference, which no row of these runs uses (eval.search=false)
+        assert settings(cfg, "eval") == settings(table, "eval") | {"num_simulations": 2} and not cfg.eval.search
+        assert cfg.iterations == 1 and cfg.paths.run_dir == f"experiments/webshop_agentq_table/runs/{name}"
+        # Without the restoring overrides the study's step pairs and IPO would be the method's.
+        leaked = compare.compose_config(baselines.base_overrides(name))
+        with pytest.raises(ValueError, match=f"_target_ of the {name} run is agentq.(data.pairs|objectives.ipo)"):
+            compare.check_definition(baselines.METHODS[name], alone, leaked)
+
+
 def settings(cfg, key: str):
     """``key``'s value as plain data, with the keys added since a run was saved at the values it
     ran with (``validation.ADDED_LATER``)."""
