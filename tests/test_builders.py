@@ -73,6 +73,13 @@ def test_successes_are_deduplicated_and_filtered():
     assert SuccessfulTrajectories.kind == "sft"
 
 
+def test_a_capped_task_keeps_its_best_successes_earlier_simulation_first():
+    found = search(trajectory("a", 0.9, True), trajectory("b", 1.0), trajectory("c", 0.0), trajectory("d", 1.0))
+    kept = [(commands(e.segments), e.info["trajectory"]) for e in SuccessfulTrajectories(max_per_task=2).from_search(found)]
+    assert kept == [("b", 1), ("d", 3)]
+    assert len(SuccessfulTrajectories(max_per_task=5).from_search(found)) == 3  # the cap, not a quota
+
+
 def test_trajectory_pairs_order_gap_and_cap():
     pairs = TrajectoryPairBuilder(max_pairs_per_task=None).from_search(result(), None)
     # chosen best first: ab (1.0), b (.9); rejected worst first: ac (0), ca (.1), bb (.3);
@@ -118,6 +125,7 @@ def test_no_pair_without_both_outcomes():
     ("cls", "kwargs", "key"),
     [
         (SuccessfulTrajectories, {"min_reward": 1.5}, "pairs.min_reward"),
+        (SuccessfulTrajectories, {"max_per_task": 0}, "pairs.max_per_task"),
         (TrajectoryPairBuilder, {"min_gap": -0.1}, "pairs.min_gap"),
         (TrajectoryPairBuilder, {"max_pairs_per_task": 0}, "pairs.max_pairs_per_task"),
     ],

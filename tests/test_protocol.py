@@ -333,8 +333,10 @@ def test_the_table_studys_rft_and_trajectory_dpo_runs_train_their_own_objective_
     for name in ("rft", "traj_dpo"):
         cfg = compare.compose_config(baselines.overrides(name))
         alone = compare.compose_config([f"+experiment=webshop_{name}"])
-        for key in ("pairs", "objective"):  # the method's own, not the study's Agent Q settings
-            assert settings(cfg, key) == settings(alone, key), (name, key)
+        # The method's own, not the study's Agent Q settings, with one example per goal.
+        assert settings(cfg, "pairs") == settings(alone, "pairs") | baselines.CAP[name], name
+        assert settings(cfg, "objective") == settings(alone, "objective"), name
+        assert instantiate(cfg.pairs).from_search  # the capped builder is valid
         check_trees_from(cfg)  # the committed run searched what this run would
         assert cfg.collect.trees_from == "experiments/webshop_agentq_table/runs/agentq"
         for key in ("seed", "tuning", "search", "agent", "env.make", "trainer.optimizer", "trainer.lightning"):
