@@ -331,7 +331,7 @@ def test_the_table_studys_rft_and_trajectory_dpo_runs_train_their_own_objective_
     table = compare.compose_config(["+experiment=webshop_base", "+study=webshop_agentq_table",
                                     f"model.adapter={baselines.CLONE_ADAPTER}"])  # fmt: skip
     for name in ("rft", "traj_dpo"):
-        cfg = compare.compose_config(baselines.overrides(name))
+        cfg = baselines.checked(name)[1]
         alone = compare.compose_config([f"+experiment=webshop_{name}"])
         # The method's own, not the study's Agent Q settings, with one example per goal.
         assert settings(cfg, "pairs") == settings(alone, "pairs") | baselines.CAP[name], name

@@ -22,7 +22,7 @@ import argparse
 import logging
 from pathlib import Path
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from agentq import compare
 from agentq.console import StdoutHandler, quiet_libraries
@@ -39,12 +39,15 @@ OWN = ("pairs", "objective")  # what the method is: the method's experiment deci
 CAP = {"rft": {"max_per_task": 1}, "traj_dpo": {"max_pairs_per_task": 1}}
 
 
+def run_dir(name: str) -> Path:
+    return STUDY / "runs" / name
+
+
 def base_overrides(name: str) -> list[str]:
     method = METHODS[name]
-    run_dir = STUDY / "runs" / name
     return [f"+experiment=webshop_{method.experiment}", "+study=webshop_agentq_table", *method.overrides,
             f"model.adapter={CLONE_ADAPTER}", "iterations=1", f"collect.trees_from={RUN}",
-            f"paths.run_dir={run_dir}"]  # fmt: skip
+            f"paths.run_dir={run_dir(name)}"]  # fmt: skip
 
 
 def restoring(alone, cfg, key: str) -> list[str]:
@@ -64,23 +67,22 @@ def _value(v) -> str:
     return "null" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
 
 
-def overrides(name: str) -> list[str]:
-    """The run's overrides, checked: its pairs and objective are the method's own, capped."""
+def checked(name: str) -> tuple[list[str], DictConfig]:
+    """The run's overrides and its config, checked: its pairs and objective are the method's own, capped."""
     method = METHODS[name]
     args = base_overrides(name)
     alone = compare.compose_config([f"+experiment=webshop_{method.experiment}"])
     cfg = compare.compose_config(args)
     args += [o for key in OWN for o in restoring(alone, cfg, key)]
     args += [f"++pairs.{k}={_value(v)}" for k, v in CAP[name].items()]
-    run_dir = STUDY / "runs" / name
-    args += [f"resume={run_dir}"] if RunLayout(run_dir).config.exists() else []
+    args += [f"resume={run_dir(name)}"] if RunLayout(run_dir(name)).config.exists() else []
     cfg = compare.compose_config(args)
     compare.check_definition(method, alone, cfg)
     own = {"pairs": OmegaConf.merge(alone.pairs, CAP[name]), "objective": alone.objective}
     for key in OWN:
         if OmegaConf.select(cfg, key) != own[key]:
             raise ValueError(f"{key} of the {name} run is not {name}'s own: {OmegaConf.select(cfg, key)}")
-    return args
+    return args, cfg
 
 
 def main() -> None:
@@ -89,14 +91,14 @@ def main() -> None:
     name = parser.parse_args().method
     if Path.cwd().resolve() != ROOT:
         parser.error(f"run from the repo root ({ROOT}): the run's paths are relative to it")
-    args = overrides(name)  # refused before any model loads
+    args, cfg = checked(name)  # refused before any model loads
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s",
                         handlers=[StdoutHandler()])  # fmt: skip
     quiet_libraries()
     from agentq.loop import run
 
     print(f"[baselines] {name}: {' '.join(args)}", flush=True)
-    run(compare.compose_config(args))
+    run(cfg)
 
 
 if __name__ == "__main__":

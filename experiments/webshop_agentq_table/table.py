@@ -53,14 +53,16 @@ def main() -> None:
              for i in done if i >= 2]  # fmt: skip
     rows.append(compare.oracle_study_row(RUN))
     data = compare.diagnostics_markdown(RUN)
-    print(compare.write_rows(STUDY, "table", rows, appendix=f"\nWhere the data came from:\n\n{data}" if data else ""))
+    # Every file is written before anything is printed: a closed pipe (`| head`) must not cut the writing short.
+    written = [compare.write_rows(STUDY, "table", rows, appendix=f"\nWhere the data came from:\n\n{data}" if data else "")]
     if done:  # the clone's episodes.csv keeps commands, not the pages behaviour_row reads
-        print(compare.write_rows(STUDY, "behaviour", [behaviour_row(f"{policy(i)} (dev)", episodes[i]) for i in done]))
+        written.append(compare.write_rows(STUDY, "behaviour", [behaviour_row(f"{policy(i)} (dev)", episodes[i]) for i in done]))
     buffer = ReplayBuffer(layout)
     pairs = {f"iteration {i}": buffer.examples(i) for i in range(1, iterations + 1) if buffer.has_examples(i)}
     if pairs:
-        print(compare.write_rows(STUDY, "pairs", [pairs_row(k, v) for k, v in pairs.items()]))
-        print(compare.write_rows(STUDY, "directions", [directions_row(k, v, command) for k, v in pairs.items()]))
+        written.append(compare.write_rows(STUDY, "pairs", [pairs_row(k, v) for k, v in pairs.items()]))
+        written.append(compare.write_rows(STUDY, "directions", [directions_row(k, v, command) for k, v in pairs.items()]))
+    print("\n".join(written))
 
 
 if __name__ == "__main__":
