@@ -425,3 +425,16 @@ def test_each_studys_test_read_runs_its_policies_through_the_shared_script(make_
     assert list(cfg.model.adapter) == saved.model.adapter[:1] + [f"{run}/iter_00{i}/adapter" for i in (1, 2, 3)]
     assert (cfg.eval.split, cfg.eval.num_tasks, cfg.tuning, cfg.iterations) == ("test", 200, False, 0)
     assert cfg.paths.run_dir == "experiments/webshop_clone80_goals200_iter3/runs/test200/pi_3"
+    # The table study's test rows: pi_3 as its run made it, RFT and trajectory DPO on the clone,
+    # each with the clone's test settings (webshop_clone80_base's committed test episodes).
+    table = "experiments/webshop_agentq_table/runs"
+    names = ("pi_3", "rft", "traj_dpo")
+    rows = {name: make_cfg(*argv) for name, argv in zip(names, calls("webshop_agentq_table", *names), strict=True)}
+    assert list(rows["pi_3"].model.adapter) == saved.model.adapter[:1] + [f"{table}/agentq/iter_00{i}/adapter" for i in (1, 2, 3)]
+    for name in ("rft", "traj_dpo"):
+        assert list(rows[name].model.adapter) == saved.model.adapter[:1] + [f"{table}/{name}/iter_001/adapter"]
+    clone_test = OmegaConf.load(CONF.parent / "experiments/webshop_clone80_base/config/test200.yaml")
+    for name, cfg in rows.items():
+        assert cfg.paths.run_dir == f"{table}/test200/{name}"
+        for key in ("seed", "iterations", "tuning", "eval", "env.make", "agent", "engine"):
+            assert settings(cfg, key) == settings(clone_test, key), (name, key)
