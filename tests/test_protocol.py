@@ -438,3 +438,14 @@ def test_each_studys_test_read_runs_its_policies_through_the_shared_script(make_
         assert cfg.paths.run_dir == f"{table}/test200/{name}"
         for key in ("seed", "iterations", "tuning", "eval", "env.make", "agent", "engine"):
             assert settings(cfg, key) == settings(clone_test, key), (name, key)
+    # Its search rows: the clone and pi_3 with the study's search, committed and verifier, on the
+    # same goals and settings, with no greedy episode read again.
+    policies = {"clone_mcts": saved.model.adapter[:1], "pi_3_mcts": list(rows["pi_3"].model.adapter)}
+    for (name, adapters), argv in zip(policies.items(), calls("webshop_agentq_table", *policies), strict=True):
+        cfg = make_cfg(*argv)
+        assert list(cfg.model.adapter) == list(adapters)
+        assert cfg.paths.run_dir == f"{table}/test200/{name}"
+        assert settings(cfg, "eval") == settings(clone_test, "eval") | {"zero_shot": False, "search": True, "num_simulations": 2}
+        assert settings(cfg, "search") == settings(rows["pi_3"], "search") and cfg.search.use_critic is False
+        for key in ("seed", "iterations", "tuning", "env.make", "agent", "engine"):
+            assert settings(cfg, key) == settings(clone_test, key), (name, key)

@@ -7,7 +7,9 @@ where each iteration's pairs came from.
 The clone is not evaluated in this run (eval.base=false): its dev episodes, under the same
 evaluation settings, are webshop_clone80_base's committed episodes.csv, paired goal by goal.
 Writes beside this file table.md / .csv, and for the iterations done behaviour.md / .csv (the
-policies only), pairs.md / .csv and directions.md / .csv.
+policies only), pairs.md / .csv and directions.md / .csv. Once evaluate_test.sh has read a policy,
+test.md / .csv: each row read so far on the first 200 test goals, paired with the clone's
+committed test episodes, and the oracle on those goals.
 """
 
 from __future__ import annotations
@@ -20,17 +22,29 @@ from agentq import compare
 from agentq.agent.action import parse_composite
 from agentq.data.buffer import ReplayBuffer
 from agentq.layout import RunLayout
-from agentq.modes import ZERO_SHOT
+from agentq.modes import HOW_PICKED, SEARCH_MODES, ZERO_SHOT
 from envs.webshop.episodes import behaviour_row, directions_row, pairs_row
 
 STUDY = Path(__file__).parent
 RUN = STUDY / "runs" / "agentq"
+TEST = STUDY / "runs" / "test200"  # evaluate_test.sh's run folders, one a policy
 CLONE_EPISODES = STUDY.parent / "webshop_clone80_base" / "report" / "episodes.csv"
 CLONE = "clone on 80 demonstrations, greedy (webshop_clone80_base's episodes)"
 
 
 def policy(i: int) -> str:
     return f"Agent Q pi_{i}, greedy" if i else CLONE
+
+
+# The pre-registered test rows in the table's order (NOTES.md): evaluate_test.sh's run folder, the
+# evaluation mode, the row's label.
+TEST_ROWS = [
+    ("rft", ZERO_SHOT, "RFT (one best success per goal of iteration 1's trees), greedy"),
+    ("traj_dpo", ZERO_SHOT, "trajectory DPO (one pair per goal of iteration 1's trees), greedy"),
+    ("pi_3", ZERO_SHOT, policy(3)),
+    *((folder, mode, f"{who} + MCTS ({HOW_PICKED[mode]})") for mode in SEARCH_MODES
+      for folder, who in (("clone_mcts", "clone"), ("pi_3_mcts", "Agent Q pi_3"))),
+]
 
 
 def command(text: str) -> str:
@@ -62,8 +76,22 @@ def main() -> None:
     if pairs:
         written.append(compare.write_rows(STUDY, "pairs", [pairs_row(k, v) for k, v in pairs.items()]))
         written.append(compare.write_rows(STUDY, "directions", [directions_row(k, v, command) for k, v in pairs.items()]))
+    written.append(test_rows())
     print("\n".join(written))
 
 
-if __name__ == "__main__":
-    main()
+def test_rows() -> str:
+    """test.md / .csv: the test rows read so far, each paired goal by goal with the clone's
+    committed greedy test episodes (the same 200 goals, or it raises), and the oracle on them."""
+    read = [(name, mode, label) for name, mode, label in TEST_ROWS if RunLayout(TEST / name).eval_metrics(0, mode).exists()]
+    if not read:
+        return f"{TEST} holds no test evaluation yet: no test rows"
+    clone = compare.recorded_by_goal(CLONE_EPISODES, "test200", 0)
+    first = TEST / read[0][0]
+    rows = [compare.study_row(f"{CLONE} (test)", clone, int(OmegaConf.load(RunLayout(first).config).eval.max_steps))]
+    for name, mode, label in read:
+        if compare.by_goal(TEST / name, 0, mode).keys() != clone.keys():
+            raise ValueError(f"{name}'s {mode} test goals are not the clone's")
+        rows.append(compare.evaluated_row(f"{label} (test)", TEST / name, 0, mode, clone))
+    rows.append(compare.oracle_study_row(first))
+    return compare.write_rows(STUDY, "test", rows)
