@@ -95,3 +95,7 @@ def test_rows() -> str:
         rows.append(compare.evaluated_row(f"{label} (test)", TEST / name, 0, mode, clone))
     rows.append(compare.oracle_study_row(first))
     return compare.write_rows(STUDY, "test", rows)
+
+
+if __name__ == "__main__":
+    main()
