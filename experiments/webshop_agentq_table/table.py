@@ -30,6 +30,8 @@ RUN = STUDY / "runs" / "agentq"
 TEST = STUDY / "runs" / "test200"  # evaluate_test.sh's run folders, one a policy
 CLONE_EPISODES = STUDY.parent / "webshop_clone80_base" / "report" / "episodes.csv"
 CLONE = "clone on 80 demonstrations, greedy (webshop_clone80_base's episodes)"
+# The clone's cost cells: its episodes.csv keeps no model calls, tokens or times.
+NO_COSTS = dict.fromkeys(("model calls / goal", "per success: tokens / env steps / wall s"), compare.NOT_EVALUATED)
 
 
 def policy(i: int) -> str:
@@ -60,8 +62,7 @@ def main() -> None:
         if episodes[i].keys() != episodes[0].keys():
             raise ValueError(f"pi_{i}'s dev goals are not the clone's: {sorted(episodes[i].keys() ^ episodes[0].keys())}")
     max_steps = int(OmegaConf.load(layout.config).eval.max_steps)
-    costs = ("model calls / goal", "per success: tokens / env steps / wall s")  # not in episodes.csv
-    rows = [compare.study_row(CLONE, episodes[0], max_steps) | dict.fromkeys(costs, compare.NOT_EVALUATED)]
+    rows = [compare.study_row(CLONE, episodes[0], max_steps) | NO_COSTS]
     rows += [compare.evaluated_row(policy(i), RUN, i, ZERO_SHOT, episodes[0]) for i in done]
     rows += [compare.evaluated_row(f"{policy(i)}, against pi_{i - 1}", RUN, i, ZERO_SHOT, episodes[i - 1])
              for i in done if i >= 2]  # fmt: skip
@@ -88,7 +89,7 @@ def test_rows() -> str:
         return f"{TEST} holds no test evaluation yet: no test rows"
     clone = compare.recorded_by_goal(CLONE_EPISODES, "test200", 0)
     first = TEST / read[0][0]
-    rows = [compare.study_row(f"{CLONE} (test)", clone, int(OmegaConf.load(RunLayout(first).config).eval.max_steps))]
+    rows = [compare.study_row(f"{CLONE} (test)", clone, int(OmegaConf.load(RunLayout(first).config).eval.max_steps)) | NO_COSTS]
     for name, mode, label in read:
         if compare.by_goal(TEST / name, 0, mode).keys() != clone.keys():
             raise ValueError(f"{name}'s {mode} test goals are not the clone's")
