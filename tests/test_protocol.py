@@ -350,6 +350,24 @@ def test_the_table_studys_rft_and_trajectory_dpo_runs_train_their_own_objective_
             compare.check_definition(baselines.METHODS[name], alone, leaked)
 
 
+def test_the_table_studys_committed_test_md_is_what_table_py_writes_from_its_runs(monkeypatch, tmp_path):
+    import ast
+    import importlib.util
+
+    path = CONF.parent / "experiments/webshop_agentq_table/table.py"
+    spec = importlib.util.spec_from_file_location("table", path)
+    table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(table)
+    monkeypatch.setattr(table, "STUDY", tmp_path)  # written here; read from the committed run folders
+    table.test_rows()
+    # A row read and not re-tabled, or a changed cell, fails here: the committed table is not stale.
+    assert (tmp_path / "test.md").read_text() == (path.parent / "test.md").read_text()
+    assert (tmp_path / "test.csv").read_text() == (path.parent / "test.csv").read_text()
+    # `python table.py` writes the tables: its entry point was once cut without anything noticing.
+    last = ast.parse(path.read_text()).body[-1]
+    assert ast.unparse(last) == "if __name__ == '__main__':\n    main()"
+
+
 def settings(cfg, key: str):
     """``key``'s value as plain data, with the keys added since a run was saved at the values it
     ran with (``validation.ADDED_LATER``)."""
