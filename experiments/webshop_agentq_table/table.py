@@ -1,6 +1,7 @@
 """webshop_agentq_table's dev tables: the clone and pi_1..pi_N on the 100 dev goals, each against
-the clone and against the policy before it, the oracle on the same goals and step budget, and
-where each iteration's pairs came from.
+the clone and against the policy before it, baselines.py's RFT and trajectory DPO against the
+clone once evaluated, the oracle on the same goals and step budget, and where each iteration's
+pairs came from.
 
     python experiments/webshop_agentq_table/table.py
 
@@ -38,11 +39,16 @@ def policy(i: int) -> str:
     return f"Agent Q pi_{i}, greedy" if i else CLONE
 
 
+# baselines.py's runs (runs/<name>, one iteration on iteration 1's trees, evaluated on dev) and their labels.
+BASELINES = {
+    "rft": "RFT (one best success per goal of iteration 1's trees), greedy",
+    "traj_dpo": "trajectory DPO (one pair per goal of iteration 1's trees), greedy",
+}
+
 # The pre-registered test rows in the table's order (NOTES.md): evaluate_test.sh's run folder, the
 # evaluation mode, the row's label.
 TEST_ROWS = [
-    ("rft", ZERO_SHOT, "RFT (one best success per goal of iteration 1's trees), greedy"),
-    ("traj_dpo", ZERO_SHOT, "trajectory DPO (one pair per goal of iteration 1's trees), greedy"),
+    *((name, ZERO_SHOT, label) for name, label in BASELINES.items()),
     ("pi_3", ZERO_SHOT, policy(3)),
     *((folder, mode, f"{who} + MCTS ({HOW_PICKED[mode]})") for mode in SEARCH_MODES
       for folder, who in (("clone_mcts", "clone"), ("pi_3_mcts", "Agent Q pi_3"))),
@@ -61,11 +67,17 @@ def main() -> None:
     for i in done:  # paired rows count only the goals both played: they must be the same 100
         if episodes[i].keys() != episodes[0].keys():
             raise ValueError(f"pi_{i}'s dev goals are not the clone's: {sorted(episodes[i].keys() ^ episodes[0].keys())}")
+    baselines = {name: STUDY / "runs" / name for name in BASELINES}
+    baselines = {name: run for name, run in baselines.items() if RunLayout(run).eval_metrics(1, ZERO_SHOT).exists()}
+    for name, run in baselines.items():
+        if compare.by_goal(run, 1, ZERO_SHOT).keys() != episodes[0].keys():
+            raise ValueError(f"{name}'s dev goals are not the clone's")
     max_steps = int(OmegaConf.load(layout.config).eval.max_steps)
     rows = [compare.study_row(CLONE, episodes[0], max_steps) | NO_COSTS]
     rows += [compare.evaluated_row(policy(i), RUN, i, ZERO_SHOT, episodes[0]) for i in done]
     rows += [compare.evaluated_row(f"{policy(i)}, against pi_{i - 1}", RUN, i, ZERO_SHOT, episodes[i - 1])
              for i in done if i >= 2]  # fmt: skip
+    rows += [compare.evaluated_row(BASELINES[name], run, 1, ZERO_SHOT, episodes[0]) for name, run in baselines.items()]
     rows.append(compare.oracle_study_row(RUN))
     data = compare.diagnostics_markdown(RUN)
     # Every file is written before anything is printed: a closed pipe (`| head`) must not cut the writing short.
