@@ -10,7 +10,8 @@ evaluation settings, are webshop_clone80_base's committed episodes.csv, paired g
 Writes beside this file table.md / .csv, and for the iterations done behaviour.md / .csv (the
 policies only), pairs.md / .csv and directions.md / .csv. Once evaluate_test.sh has read a policy,
 test.md / .csv: each row read so far on the first 200 test goals, paired with the clone's
-committed test episodes, and the oracle on those goals.
+committed test episodes, pi_3 + MCTS paired with pi_3's greedy episodes too, and the oracle on
+those goals.
 """
 
 from __future__ import annotations
@@ -106,6 +107,11 @@ def test_rows() -> str:
         if compare.by_goal(TEST / name, 0, mode).keys() != clone.keys():
             raise ValueError(f"{name}'s {mode} test goals are not the clone's")
         rows.append(compare.evaluated_row(f"{label} (test)", TEST / name, 0, mode, clone))
+    # The search rows of pi_3 also against its own greedy episodes: what the search adds to the policy.
+    if any(name == "pi_3" for name, _, _ in read):
+        pi_3 = compare.by_goal(TEST / "pi_3", 0, ZERO_SHOT)
+        rows += [compare.evaluated_row(f"{label}, against pi_3 greedy (test)", TEST / name, 0, mode, pi_3)
+                 for name, mode, label in read if name == "pi_3_mcts"]  # fmt: skip
     rows.append(compare.oracle_study_row(first))
     return compare.write_rows(STUDY, "test", rows)
 
