@@ -10,8 +10,8 @@ evaluation settings, are webshop_clone80_base's committed episodes.csv, paired g
 Writes beside this file table.md / .csv, and for the iterations done behaviour.md / .csv (the
 policies only), pairs.md / .csv and directions.md / .csv. Once evaluate_test.sh has read a policy,
 test.md / .csv: each row read so far on the first 200 test goals, paired with the clone's
-committed test episodes, pi_3 + MCTS paired with pi_3's greedy episodes too, and the oracle on
-those goals.
+committed test episodes, the rows of the issue's chain paired with the row before them too
+(``CHAIN``), and the oracle on those goals.
 """
 
 from __future__ import annotations
@@ -54,6 +54,10 @@ TEST_ROWS = [
     *((folder, mode, f"{who} + MCTS ({HOW_PICKED[mode]})") for mode in SEARCH_MODES
       for folder, who in (("clone_mcts", "clone"), ("pi_3_mcts", "Agent Q pi_3"))),
 ]
+
+# The issue's goal is a chain, base < trajectory DPO <= Agent Q zero-shot < Agent Q + MCTS: each
+# row beside the one before it in the chain (the base's pairing is every row's own).
+CHAIN = {"pi_3": "traj_dpo", "pi_3_mcts": "pi_3"}
 
 
 def command(text: str) -> str:
@@ -107,11 +111,13 @@ def test_rows() -> str:
         if compare.by_goal(TEST / name, 0, mode).keys() != clone.keys():
             raise ValueError(f"{name}'s {mode} test goals are not the clone's")
         rows.append(compare.evaluated_row(f"{label} (test)", TEST / name, 0, mode, clone))
-    # The search rows of pi_3 also against its own greedy episodes: what the search adds to the policy.
-    if any(name == "pi_3" for name, _, _ in read):
-        pi_3 = compare.by_goal(TEST / "pi_3", 0, ZERO_SHOT)
-        rows += [compare.evaluated_row(f"{label}, against pi_3 greedy (test)", TEST / name, 0, mode, pi_3)
-                 for name, mode, label in read if name == "pi_3_mcts"]  # fmt: skip
+    # Each step of the issue's chain also against the row before it, once both are read.
+    greedy = {name for name, mode, _ in read if mode == ZERO_SHOT}
+    for name, mode, label in read:
+        before = CHAIN.get(name)
+        if before in greedy:
+            episodes = compare.by_goal(TEST / before, 0, ZERO_SHOT)
+            rows.append(compare.evaluated_row(f"{label}, against {before} greedy (test)", TEST / name, 0, mode, episodes))
     rows.append(compare.oracle_study_row(first))
     return compare.write_rows(STUDY, "test", rows)
 
