@@ -368,6 +368,23 @@ def test_the_table_studys_committed_test_md_is_what_table_py_writes_from_its_run
     assert ast.unparse(last) == "if __name__ == '__main__':\n    main()"
 
 
+def test_sciworld_agent_rs_committed_iteration_tables_are_what_iterations_py_writes_from_its_runs(monkeypatch, tmp_path):
+    import importlib.util
+
+    path = CONF.parent / "experiments/sciworld_agent_r/iterations.py"
+    spec = importlib.util.spec_from_file_location("iterations", path)
+    iterations = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(iterations)
+    monkeypatch.setattr(iterations, "STUDY", tmp_path)  # written here; read from the committed run folders
+    iterations.main()
+    for name in ("iterations.md", "iterations.csv", "data.md", "data.csv"):
+        assert (tmp_path / name).read_text() == (path.parent / name).read_text(), name
+    # Every arm's policy is paired with the other arm's of its iteration, on both reads.
+    rows = (path.parent / "iterations.md").read_text()
+    for i in iterations.evaluated(iterations.ARMS["good paths only"]):
+        assert rows.count(f"| Agent-R pi_{i} against good-only pi_{i}, ") == 2
+
+
 def settings(cfg, key: str):
     """``key``'s value as plain data, with the keys added since a run was saved at the values it
     ran with (``validation.ADDED_LATER``)."""

@@ -1,0 +1,79 @@
+"""sciworld_agent_r's per-iteration table: Agent-R's pi_1..pi_3 and the good-paths-only ablation's,
+each on the same 30 test variations (greedy) and the clone's 29 failed prefixes (recovery),
+against the clone and against the other arm's policy of the same iteration, the oracle on the
+same variations and step budget, and what each iteration trained on.
+
+    python experiments/sciworld_agent_r/iterations.py
+
+Reads the two tracked run folders, each a copy of the iteration-1 study's run extended an
+iteration at a time (NOTES.md): runs/agent_r_iter3 (its iteration 0 holds the clone's rows) and
+runs/agent_r_good_iter3. Writes iterations.md / .csv and data.md / .csv beside this file; an
+iteration not evaluated yet has no row.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from agentq import compare
+from agentq.layout import RunLayout
+from agentq.modes import RECOVERY, ZERO_SHOT
+
+STUDY = Path(__file__).parent
+ARMS = {"Agent-R": STUDY / "runs" / "agent_r_iter3", "good paths only": STUDY / "runs" / "agent_r_good_iter3"}
+CLONE = ARMS["Agent-R"]  # iteration 0 of Agent-R's run: the clone, greedy and on the prefixes
+READS = {ZERO_SHOT: "greedy", RECOVERY: "recovery from the clone's failed prefixes"}
+
+
+def evaluated(run: Path) -> list[int]:
+    layout = RunLayout(run)
+    last = compare.iteration_index(run, "last")
+    return [i for i in range(1, last + 1) if layout.eval_metrics(i, ZERO_SHOT).exists()]
+
+
+def table_rows() -> list[dict]:
+    rows = []
+    for mode, read in READS.items():
+        clone = compare.by_goal(CLONE, 0, mode)
+        rows.append(compare.evaluated_row(f"clone, {read}", CLONE, 0, mode))
+        for arm, run in ARMS.items():
+            for i in evaluated(run):
+                if compare.by_goal(run, i, mode).keys() != clone.keys():
+                    raise ValueError(f"{run.name}'s iteration {i} did not play the clone's {mode} goals")
+                rows.append(compare.evaluated_row(f"{arm} pi_{i}, {read}", run, i, mode, clone))
+        # The ablation's question, goal by goal: each iteration's Agent-R policy against the good-only one.
+        agent_r, good = ARMS.values()
+        for i in sorted(set(evaluated(agent_r)) & set(evaluated(good))):
+            rows.append(compare.evaluated_row(f"Agent-R pi_{i} against good-only pi_{i}, {read}", agent_r, i, mode,
+                                              compare.by_goal(good, i, mode)))  # fmt: skip
+    rows.append(compare.oracle_study_row(CLONE))
+    return rows
+
+
+def data_rows() -> list[dict]:
+    """Per arm and iteration: the trees searched, and the examples by source (``search.json``'s
+    ``sft``: revisions spliced at a judged Bad step or at the divergence fallback, good paths)."""
+    rows = []
+    for arm, run in ARMS.items():
+        layout = RunLayout(run)
+        for i in evaluated(run):
+            examples = [json.loads(line) for line in layout.examples(i).open()]
+            sources = json.loads((layout.iteration(i) / "search.json").read_text())["sft"]
+            rows.append({
+                "arm": arm, "iteration": i, "examples": len(examples),
+                "revisions at a judged Bad step": sources.get("revision_judged", 0),
+                "revisions at the divergence fallback": sources.get("revision_fallback", 0),
+                "good paths (of them successes)": f"{sources.get('good', 0)} ({sources.get('good_success', 0)})",
+                "from trees": ", ".join(sorted({e["task_id"] for e in examples})),
+            })  # fmt: skip
+    return rows
+
+
+def main() -> None:
+    written = [compare.write_rows(STUDY, "iterations", table_rows()), compare.write_rows(STUDY, "data", data_rows())]
+    print("\n".join(written))
+
+
+if __name__ == "__main__":
+    main()
