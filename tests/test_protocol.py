@@ -319,15 +319,11 @@ def test_the_table_study_is_the_iter3_recipe_without_the_clone_evaluated_again(m
 
 
 def test_the_table_studys_rft_and_trajectory_dpo_runs_train_their_own_objective_on_its_trees(monkeypatch):
-    import importlib.util
-
     from agentq import compare
     from agentq.validation import check_trees_from
 
     monkeypatch.chdir(CONF.parent)  # the script's paths are relative to the repo root, as its runs are
-    spec = importlib.util.spec_from_file_location("baselines", "experiments/webshop_agentq_table/baselines.py")
-    baselines = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(baselines)
+    baselines = experiment_script("webshop_agentq_table/baselines.py")
     table = compare.compose_config(["+experiment=webshop_base", "+study=webshop_agentq_table",
                                     f"model.adapter={baselines.CLONE_ADAPTER}"])  # fmt: skip
     for name in ("rft", "traj_dpo"):
@@ -352,12 +348,9 @@ def test_the_table_studys_rft_and_trajectory_dpo_runs_train_their_own_objective_
 
 def test_the_table_studys_committed_test_md_is_what_table_py_writes_from_its_runs(monkeypatch, tmp_path):
     import ast
-    import importlib.util
 
     path = CONF.parent / "experiments/webshop_agentq_table/table.py"
-    spec = importlib.util.spec_from_file_location("table", path)
-    table = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(table)
+    table = experiment_script("webshop_agentq_table/table.py")
     monkeypatch.setattr(table, "STUDY", tmp_path)  # written here; read from the committed run folders
     table.test_rows()
     # A row read and not re-tabled, or a changed cell, fails here: the committed table is not stale.
@@ -369,12 +362,8 @@ def test_the_table_studys_committed_test_md_is_what_table_py_writes_from_its_run
 
 
 def test_sciworld_agent_rs_committed_iteration_tables_are_what_iterations_py_writes_from_its_runs(monkeypatch, tmp_path):
-    import importlib.util
-
     path = CONF.parent / "experiments/sciworld_agent_r/iterations.py"
-    spec = importlib.util.spec_from_file_location("iterations", path)
-    iterations = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(iterations)
+    iterations = experiment_script("sciworld_agent_r/iterations.py")
     monkeypatch.setattr(iterations, "STUDY", tmp_path)  # written here; read from the committed run folders
     iterations.main()
     for name in ("iterations.md", "iterations.csv", "data.md", "data.csv"):
@@ -383,6 +372,17 @@ def test_sciworld_agent_rs_committed_iteration_tables_are_what_iterations_py_wri
     rows = (path.parent / "iterations.md").read_text()
     for i in iterations.evaluated(iterations.ARMS["good paths only"]):
         assert rows.count(f"| Agent-R pi_{i} against good-only pi_{i}, ") == 2
+
+
+def experiment_script(relative: str):
+    """A study's script under experiments/ (not a package), imported as a module."""
+    import importlib.util
+
+    path = CONF.parent / "experiments" / relative
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def settings(cfg, key: str):
