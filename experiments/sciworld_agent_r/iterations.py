@@ -33,18 +33,19 @@ def evaluated(run: Path) -> list[int]:
 
 
 def table_rows() -> list[dict]:
-    rows = []
+    rows, done = [], {run: evaluated(run) for run in ARMS.values()}
+    agent_r, good = ARMS.values()
+    both = sorted(set(done[agent_r]) & set(done[good]))
     for mode, read in READS.items():
         clone = compare.by_goal(CLONE, 0, mode)
         rows.append(compare.evaluated_row(f"clone, {read}", CLONE, 0, mode))
         for arm, run in ARMS.items():
-            for i in evaluated(run):
+            for i in done[run]:
                 if compare.by_goal(run, i, mode).keys() != clone.keys():
                     raise ValueError(f"{run.name}'s iteration {i} did not play the clone's {mode} goals")
                 rows.append(compare.evaluated_row(f"{arm} pi_{i}, {read}", run, i, mode, clone))
         # The ablation's question, goal by goal: each iteration's Agent-R policy against the good-only one.
-        agent_r, good = ARMS.values()
-        for i in sorted(set(evaluated(agent_r)) & set(evaluated(good))):
+        for i in both:
             rows.append(compare.evaluated_row(f"Agent-R pi_{i} against good-only pi_{i}, {read}", agent_r, i, mode,
                                               compare.by_goal(good, i, mode)))  # fmt: skip
     rows.append(compare.oracle_study_row(CLONE))
@@ -59,7 +60,7 @@ def data_rows() -> list[dict]:
         layout = RunLayout(run)
         for i in evaluated(run):
             examples = [json.loads(line) for line in layout.examples(i).open()]
-            sources = json.loads((layout.iteration(i) / "search.json").read_text())["sft"]
+            sources = json.loads(layout.search_diagnostics(i).read_text())["sft"]
             rows.append({
                 "arm": arm, "iteration": i, "examples": len(examples),
                 "revisions at a judged Bad step": sources.get("revision_judged", 0),
