@@ -361,16 +361,18 @@ def test_the_table_studys_committed_test_md_is_what_table_py_writes_from_its_run
     assert ast.unparse(last) == "if __name__ == '__main__':\n    main()"
 
 
-def test_sciworld_agent_rs_committed_iteration_tables_are_what_iterations_py_writes_from_its_runs(monkeypatch, tmp_path):
-    path = CONF.parent / "experiments/sciworld_agent_r/iterations.py"
-    iterations = experiment_script("sciworld_agent_r/iterations.py")
-    monkeypatch.setattr(iterations, "STUDY", tmp_path)  # written here; read from the committed run folders
-    iterations.main()
+@pytest.mark.parametrize("study", ["sciworld_agent_r", "webshop_clone80_agent_r"])
+def test_an_agent_r_studys_committed_iteration_tables_are_what_agent_r_iterations_writes_from_its_runs(study, tmp_path):
+    folder = CONF.parent / "experiments" / study
+    iterations = experiment_script("agent_r_iterations.py")
+    iterations.main(folder, out=tmp_path)  # read from the committed run folders, written here
     for name in ("iterations.md", "iterations.csv", "data.md", "data.csv"):
-        assert (tmp_path / name).read_text() == (path.parent / name).read_text(), name
+        assert (tmp_path / name).read_text() == (folder / name).read_text(), name
     # Every arm's policy is paired with the other arm's of its iteration, on both reads.
-    rows = (path.parent / "iterations.md").read_text()
-    for i in iterations.evaluated(iterations.ARMS["good paths only"]):
+    rows = (folder / "iterations.md").read_text()
+    good = iterations.arms(folder)["good paths only"]
+    assert iterations.evaluated(good)
+    for i in iterations.evaluated(good):
         assert rows.count(f"| Agent-R pi_{i} against good-only pi_{i}, ") == 2
 
 
