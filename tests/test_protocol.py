@@ -157,6 +157,19 @@ def test_the_opentable_study_searches_as_deep_as_a_booking_needs(make_cfg, cache
     assert cfg.agent.sampling.constrain_command  # a COMMAND within the token budget (NOTES.md)
 
 
+def test_the_textcraft_clone45_study_acts_as_its_clone_was_trained(make_cfg):
+    from omegaconf import OmegaConf
+
+    cfg = make_cfg("+experiment=textcraft_agent_r", "+study=textcraft_clone45", "model.adapter=clone")
+    clone = OmegaConf.load(CONF.parent / "experiments/textcraft_bc/config/bc45_craftable_repeats.yaml")
+    for key in ("env.make", "agent.prompt", "agent.sampling.constrain_command", "agent.sampling.max_tail_tokens",
+                "agent.sampling.max_new_tokens", "eval.max_steps"):  # fmt: skip
+        assert OmegaConf.select(cfg, key) == OmegaConf.select(clone, key), key
+    assert not cfg.search.use_critic and cfg.search.max_depth == cfg.eval.max_steps  # Agent-R's UCT, whole episodes
+    assert cfg.collect.split == "train" and cfg.eval.split == "test" and cfg.eval.recovery
+    assert cfg.engine._target_.endswith("BatchedHFEngine")
+
+
 def test_the_rft_study_samples_training_goals_and_is_evaluated_as_the_bases_200_goal_rows(make_cfg):
     from omegaconf import OmegaConf
 
