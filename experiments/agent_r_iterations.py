@@ -6,10 +6,10 @@ on the same goals and step budget, and what each iteration trained on.
     python experiments/agent_r_iterations.py experiments/sciworld_agent_r
     python experiments/agent_r_iterations.py experiments/webshop_clone80_agent_r
 
-Reads the study's two run folders, each extended an iteration at a time (their NOTES.md):
-runs/agent_r_iter3 (its iteration 0 holds the clone's rows) and runs/agent_r_good_iter3. Writes
-iterations.md / .csv and data.md / .csv into the study folder; an iteration not evaluated yet has
-no row.
+Reads the study's two run folders: compare's runs/agent_r (its iteration 0 holds the clone's rows)
+and runs/agent_r_good, or where they exist their copies extended an iteration at a time (their
+NOTES.md), runs/agent_r_iter3 and runs/agent_r_good_iter3. Writes iterations.md / .csv and
+data.md / .csv into the study folder; an iteration not evaluated yet has no row.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from agentq import compare
 from agentq.layout import RunLayout
 from agentq.modes import RECOVERY, ZERO_SHOT
 
-RUNS = {"Agent-R": "agent_r_iter3", "good paths only": "agent_r_good_iter3"}  # under <study>/runs
+RUNS = {"Agent-R": "agent_r", "good paths only": "agent_r_good"}  # compare's runs, under <study>/runs
+EXTENDED = "_iter3"  # the suffix of a run's copy extended to three iterations
 READS = {ZERO_SHOT: "greedy", RECOVERY: "recovery from the clone's failed prefixes"}
 
 
@@ -33,7 +34,9 @@ def evaluated(run: Path) -> list[int]:
 
 
 def arms(study: Path) -> dict[str, Path]:
-    return {arm: study / "runs" / name for arm, name in RUNS.items()}
+    runs = {arm: study / "runs" / name for arm, name in RUNS.items()}
+    extended = {arm: run.with_name(run.name + EXTENDED) for arm, run in runs.items()}
+    return extended if all(run.exists() for run in extended.values()) else runs
 
 
 def table_rows(study: Path) -> list[dict]:
