@@ -374,7 +374,7 @@ def test_the_table_studys_committed_test_md_is_what_table_py_writes_from_its_run
     assert ast.unparse(last) == "if __name__ == '__main__':\n    main()"
 
 
-@pytest.mark.parametrize("study", ["sciworld_agent_r", "webshop_clone80_agent_r"])
+@pytest.mark.parametrize("study", ["sciworld_agent_r", "webshop_clone80_agent_r", "textcraft_agent_r"])
 def test_an_agent_r_studys_committed_iteration_tables_are_what_agent_r_iterations_writes_from_its_runs(study, tmp_path):
     folder = CONF.parent / "experiments" / study
     iterations = experiment_script("agent_r_iterations.py")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import io
+import textwrap
 from collections import defaultdict
 
 from matplotlib.figure import Figure
@@ -34,7 +35,8 @@ def _legend(fig: Figure, axes, count: int) -> None:
     if handles:
         fig.legend(
             handles,
-            labels,
+            # A run's label lists every swept key; unwrapped, it widens the figure far past its axes.
+            [textwrap.fill(label, 60, break_long_words=False) for label in labels],
             loc="outside lower center",
             ncol=min(3, count),
             fontsize=8,

@@ -4,7 +4,11 @@ and how many of the crafts and gets name an item on the scripted oracle's plan f
     python experiments/textcraft_agent_r/paths.py experiments/textcraft_agent_r/runs/probe_craftable
 
 Reads the run's saved config for the env (its step budget and text) and the first
-iteration's search results; nothing is sampled.
+iteration's search results; nothing is sampled. Given more runs, it also tallies the same
+loops and failed commands over each run's greedy reads (``eval/zero_shot``), iteration by iteration:
+
+    python experiments/textcraft_agent_r/paths.py experiments/textcraft_agent_r/runs/agent_r \
+        experiments/textcraft_agent_r/runs/agent_r_good
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from agentq.layout import RunLayout
+from agentq.modes import ZERO_SHOT
 from envs.demonstrations import oracle_commands
 from envs.textcraft.commands import LOOP, failed, item, longest_run, most_played
 
@@ -27,7 +32,8 @@ def main(run: Path) -> None:
     cfg = OmegaConf.load(layout.config)
     env = instantiate(cfg.env.make)
     on_plan = {"craft": Counter(), "get": Counter()}
-    paths = successes = loops = cycles = steps = refused = 0
+    paths = successes = 0
+    behaviour = Counter()
     for path in sorted(layout.collect(1).glob("task_*.json")):
         task_id = int(path.stem.removeprefix("task_"))
         _, oracle = oracle_commands(env, task_id, cfg.eval.max_steps)
@@ -40,19 +46,48 @@ def main(run: Path) -> None:
             )
             paths += 1
             successes += bool(trajectory["success"])
-            loops += longest_run(commands) >= LOOP
-            cycles += most_played(commands) >= LOOP
-            steps += len(commands)
-            refused += sum(failed(step["observation"]) for step in trajectory["steps"])
+            behaviour += tally(trajectory)
             for kind, name in filter(None, map(item, commands)):
                 on_plan[kind][name in plan] += 1
         print(f"task {task_id} (depth {env.unwrapped.depths[task_id]}): {', '.join(outcomes)}")
-    print(f"{successes} of {paths} paths succeeded; {loops} repeat one command {LOOP}+ times in a row, "
-          f"{cycles} play one command {LOOP}+ times in all; "
-          f"{refused} of {steps} steps got 'Could not' back")  # fmt: skip
+    print(f"{successes} of {paths} paths succeeded; {described(behaviour)}")
     for kind, counts in on_plan.items():
         print(f"{kind}: {counts[True]} of {counts.total()} name an item on the oracle's plan")
 
 
+def tally(trajectory: dict) -> Counter:
+    """A path's loop, cycle, steps and steps answered "Could not" (see ``described``)."""
+    commands = [step["command"] for step in trajectory["steps"]]
+    return Counter({
+        "loops": longest_run(commands) >= LOOP, "cycles": most_played(commands) >= LOOP, "steps": len(commands),
+        "refused": sum(failed(step["observation"]) for step in trajectory["steps"]),
+    })  # fmt: skip
+
+
+def described(behaviour: Counter) -> str:
+    return (f"{behaviour['loops']} repeat one command {LOOP}+ times in a row, "
+            f"{behaviour['cycles']} play one command {LOOP}+ times in all; "
+            f"{behaviour['refused']} of {behaviour['steps']} steps got 'Could not' back")  # fmt: skip
+
+
+def greedy_reads(run: Path) -> None:
+    """The same tally over each evaluated iteration's greedy episodes (iteration 0: the base's)."""
+    layout = RunLayout(run)
+    for iteration, mode, folder in layout.episode_folders():
+        if mode != ZERO_SHOT:
+            continue
+        episodes = [
+            json.loads(path.read_text())["trajectory"]
+            for path in sorted(folder.glob("task_*.json"))
+        ]
+        crafted = sum(bool(episode["success"]) for episode in episodes)
+        behaviour = described(sum(map(tally, episodes), Counter()))
+        print(
+            f"{run.name} iteration {iteration}, greedy: {crafted} of {len(episodes)} crafted; {behaviour}"
+        )
+
+
 if __name__ == "__main__":
     main(Path(sys.argv[1]))
+    for run in map(Path, sys.argv[1:]):
+        greedy_reads(run)
