@@ -4,8 +4,9 @@ and how many of the crafts and gets name an item on the scripted oracle's plan f
     python experiments/textcraft_agent_r/paths.py experiments/textcraft_agent_r/runs/probe_craftable
 
 Reads the run's saved config for the env (its step budget and text) and the first
-iteration's search results; nothing is sampled. Given more runs, it also tallies the same
-loops and failed commands over each run's greedy reads (``eval/zero_shot``), iteration by iteration:
+iteration's search results; nothing is sampled. Then it tallies the same loops and failed
+commands over the greedy reads (``eval/zero_shot``) of each run it is given, iteration by
+iteration (a probe has none); the first run's trees are the ones summarised:
 
     python experiments/textcraft_agent_r/paths.py experiments/textcraft_agent_r/runs/agent_r \
         experiments/textcraft_agent_r/runs/agent_r_good
