@@ -104,9 +104,11 @@ class RunBook:
     @contextmanager
     def phase(self, iteration: int, name: str):
         """Add the wall time of a phase to ``seconds.json`` (a resumed phase adds to what
-        the killed run recorded; time spent in the killed attempt is lost), and record the
-        process's peak resident memory so far in ``memory.json``: read phase by phase, it
-        shows which phase, and which iteration, raised the peak."""
+        the killed run recorded; time spent in the killed attempt is lost), record the
+        process's peak resident memory so far in ``memory.json`` (read phase by phase, it
+        shows which phase, and which iteration, raised the peak), and rewrite ``summary.json``:
+        a run killed mid-iteration then resumes counting its wall time from its last phase,
+        not from its last finished iteration."""
         path = self.layout.seconds(iteration)
         started = time.monotonic()
         yield
@@ -120,6 +122,7 @@ class RunBook:
         memory = read_json(path) if path.exists() else {}
         memory[name] = max(memory.get(name, 0.0), peak)  # a resumed process starts its peak again
         write_json(path, memory)
+        self.write_summary()
 
     def log_metrics(self, prefix: str, metrics: dict[str, Any], iteration: int) -> None:
         for logger in self.loggers:

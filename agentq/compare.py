@@ -210,9 +210,11 @@ def check_definition(method: Method, alone, cfg) -> None:
 
 
 def method_overrides(method: Method, anchor: Method, out: Path) -> list[str]:
-    """The method's own overrides in a study whose anchor is ``anchor``."""
+    """The method's own overrides in a study whose anchor is ``anchor``. The anchor's run is named
+    as ``paths.run_dir`` names every run, relative to where the study runs when ``out`` is: a saved
+    config then reproduces from another checkout."""
     own = method.as_anchor if method is anchor else method.overrides
-    return [o.format(anchor=(out / "runs" / anchor.name).resolve()) for o in own]
+    return [o.format(anchor=out / "runs" / anchor.name) for o in own]
 
 
 def share_collection(source: Path, run_dir: Path) -> None:

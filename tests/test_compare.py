@@ -1,6 +1,7 @@
 """The comparison table: intervals, and rows read from the runs' evaluation files."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -249,12 +250,15 @@ def test_an_agent_r_study_is_anchored_on_the_agent_r_run(tmp_path):
     assert not any(o.startswith("eval.recovery_from") for o in own)
     ablation = compare.method_overrides(methods["agent_r_good"], anchor, tmp_path)
     assert "pairs=good_only" in ablation and "eval.base=false" in ablation
-    assert f"eval.recovery_from={(tmp_path / 'runs' / 'agent_r').resolve()}" in ablation
+    assert f"eval.recovery_from={tmp_path / 'runs' / 'agent_r'}" in ablation
+    # A study run from the repository with a relative --out saves a relative path, as paths.run_dir.
+    relative = compare.method_overrides(methods["agent_r_good"], anchor, Path("experiments/study"))
+    assert "eval.recovery_from=experiments/study/runs/agent_r" in relative
     assert methods["agent_r_good"].shares_collection == "agent_r"
     # In Agent Q's study agent_r is a trained row like the others.
     beside_agentq = compare.method_overrides(anchor, methods["agentq"], tmp_path)
     assert "eval.base=false" in beside_agentq
-    assert f"eval.recovery_from={(tmp_path / 'runs' / 'agentq').resolve()}" in beside_agentq
+    assert f"eval.recovery_from={tmp_path / 'runs' / 'agentq'}" in beside_agentq
 
     runs = tmp_path / "runs"
     for method in ("agent_r", "agent_r_good"):
@@ -285,7 +289,7 @@ def test_an_agent_r_study_runs_end_to_end_without_an_agentq_run(tmp_path):
     trees = sorted(p.name for p in (runs / "agent_r" / "iter_001" / "collect").glob("task_*.json"))
     assert trees and trees == sorted(p.name for p in (runs / "agent_r_good" / "iter_001" / "collect").glob("task_*.json"))
     good = (runs / "agent_r_good" / "config.yaml").read_text()
-    assert "include_revisions: false" in good and f"recovery_from: {(runs / 'agent_r').resolve()}" in good
+    assert "include_revisions: false" in good and f"recovery_from: {runs / 'agent_r'}" in good
     rows = {r["method"]: r for r in compare.table_rows(tmp_path, study)}
     assert rows["base"]["tasks"] == 1 and rows["base, recovery"]["tasks"] == 1  # the anchor's own base episodes
     assert rows["Agent-R, good paths only, recovery"]["tasks"] == 1

@@ -107,9 +107,14 @@ def test_killed_during_training_matches_an_uninterrupted_run(tmp_path):
     assert 0 < done < -(-num_examples // 2), "the last checkpoint is not inside an epoch"
     collected = snapshot((run_dir / "iter_001" / "collect").glob("task_*.json"))
     examples = (run_dir / "iter_001" / "examples.jsonl").read_bytes()
+    # The killed run's summary counted its wall time up to its last phase, collection.
+    killed = read_json(run_dir / "summary.json")
+    collect_seconds = killed["iterations"][1]["seconds"]["collect"]
+    assert killed["wall_seconds"] >= collect_seconds > 0
 
     summary = resume(run_dir, tmp_path / "log")
     check_summary(summary, iterations=1, modes=("zero_shot",), base=False)
+    assert summary["wall_seconds"] > killed["wall_seconds"]  # the resumed run added to it
     assert snapshot((run_dir / "iter_001" / "collect").glob("task_*.json")) == collected
     assert (run_dir / "iter_001" / "examples.jsonl").read_bytes() == examples
     # Training continued from its checkpoint: the steps of both attempts make one full run ...
