@@ -9,6 +9,7 @@ import json
 
 import pytest
 from hydra.utils import instantiate
+from omegaconf import OmegaConf
 
 from agentq import oracle
 from agentq.bookkeeping import write_summary
@@ -499,3 +500,51 @@ def test_each_studys_test_read_runs_its_policies_through_the_shared_script(make_
         assert settings(cfg, "search") == settings(rows["pi_3"], "search") and cfg.search.use_critic is False
         for key in ("seed", "iterations", "tuning", "env.make", "agent", "engine"):
             assert settings(cfg, key) == settings(clone_test, key), (name, key)
+
+
+def test_revision_uptake_scores_the_header_the_model_gives_and_reads_the_states_it_names(tmp_path, monkeypatch):
+    import torch
+
+    from agentq.data.buffer import ReplayBuffer
+    from agentq.models.logprobs import completion_logprobs
+    from agentq.records.examples import Segment, SFTExample
+
+    monkeypatch.syspath_prepend(str(CONF.parent / "experiments"))  # it imports agent_r_iterations
+    uptake = experiment_script("agent_r_uptake.py")
+    tiny = OmegaConf.create({"_target_": "agentq.models.loading.TinyRandomModel"})
+    scorer = uptake.Scorer(tiny, [], max_prompt_tokens=512)
+    with torch.no_grad():  # a random model's next-token distributions are nearly flat: sharpen them
+        scorer.model.lm_head.weight.mul_(10.0)
+    prompt = [{"role": "user", "content": "Current observation:\nyou see a door"}]
+    turn = "THOUGHT: I realize my previous actions were wrong; I will go back and try another way."
+    start, greedy, per_token = scorer.score(prompt, turn)
+    # The same numbers from the trainer's log-prob function and the model's argmax, position by position.
+    prompt_ids, completion_ids = scorer.encoder.segment(Segment(prompt, turn))
+    ids = torch.tensor([prompt_ids + completion_ids])
+    header = torch.zeros_like(ids)
+    header[0, len(prompt_ids) : len(prompt_ids) + scorer.header_tokens] = 1
+    whole = torch.zeros_like(ids)
+    whole[0, len(prompt_ids) :] = 1
+    with torch.inference_mode():
+        logits = scorer.model(input_ids=ids).logits[0]
+        expected_start = completion_logprobs(scorer.model, ids, torch.ones_like(ids), header).exp().item()
+        expected_mean = completion_logprobs(scorer.model, ids, torch.ones_like(ids), whole).item() / len(completion_ids)
+    argmax = logits[len(prompt_ids) - 1 : len(prompt_ids) - 1 + scorer.header_tokens].argmax(-1).tolist()
+    assert start == pytest.approx(expected_start, rel=1e-4) and 0 < start < 1
+    assert per_token == pytest.approx(expected_mean, rel=1e-4)
+    assert greedy == (argmax == completion_ids[: scorer.header_tokens])
+    with pytest.raises(ValueError, match="THOUGHT"):
+        scorer.score(prompt, "COMMAND: look")
+
+    # Revision points: the revision turn of revision examples only; recovery states: the first own step.
+    layout = RunLayout(tmp_path)
+    revision = SFTExample(0, [Segment(prompt, "COMMAND: go", train=False), Segment(prompt, turn), Segment(prompt, "COMMAND: look")], "revision")
+    good = SFTExample(1, [Segment(prompt, "THOUGHT: fine.\nCOMMAND: look")], "good")
+    ReplayBuffer(layout).write_examples(1, [revision, good])
+    assert uptake.revision_points(tmp_path, 1) == [(prompt, turn)]
+    folder = layout.episodes(0, "recovery")
+    folder.mkdir(parents=True)
+    steps = [{"prompt": [{"role": "user", "content": f"state {t}"}]} for t in range(3)]
+    for task, cut in ((0, 2), (1, 3)):  # task 1's prefix used every step: no state left to act in
+        (folder / f"task_{task}.json").write_text(json.dumps({"trajectory": {"steps": steps}, "stats": {"prefix_steps": cut}}))
+    assert uptake.recovery_states(layout) == [steps[2]["prompt"]]
