@@ -16,7 +16,8 @@ other turn the clones were trained on begins ``COMMAND:``. A policy that never s
 Per policy and set of states: the mean and largest probability that the turn starts with
 ``THOUGHT`` (the tokens of that header, as the revision turns are tokenized), the states where
 greedy decoding would start it (every header token the argmax), and the revision turn's mean
-log-prob per token (at recovery states with the config's first revision thought). Reads the runs
+log-prob per token (at recovery states with the config's first revision thought), and how many
+of the turns the policy wrote in its own greedy and recovery episodes start ``THOUGHT``. Reads the runs
 ``agent_r_iterations.py`` reads, and any further RUN folders (a variant of an arm on the same
 trees); writes uptake.md / .csv into the study folder.
 """
@@ -36,7 +37,7 @@ from omegaconf import OmegaConf
 from agentq.compare import write_rows
 from agentq.data.buffer import ReplayBuffer
 from agentq.layout import RunLayout
-from agentq.modes import RECOVERY
+from agentq.modes import RECOVERY, ZERO_SHOT
 from agentq.records.examples import Segment
 from agentq.search.revision import revision_turn
 from agentq.training.data import Encoder
@@ -64,6 +65,19 @@ def recovery_states(layout: RunLayout) -> list[list]:
         if cut < len(steps):  # a prefix that ended the episode leaves no state to act in
             states.append(steps[cut]["prompt"])
     return states
+
+
+def own_turns(run: Path, iteration: int) -> tuple[int, int]:
+    """(turns starting with the header, turns) the policy wrote in its own evaluation episodes:
+    greedy, and recovery after the prefix it was handed."""
+    layout, started, total = RunLayout(run), 0, 0
+    for mode in (ZERO_SHOT, RECOVERY):
+        for path in layout.episodes(iteration, mode).glob("*.json"):
+            episode = json.loads(path.read_text())
+            own = episode["trajectory"]["steps"][episode["stats"].get("prefix_steps", 0) :]
+            started += sum(step["action"].lstrip().startswith(HEADER) for step in own)
+            total += len(own)
+    return started, total
 
 
 class Scorer:
@@ -94,7 +108,7 @@ class Scorer:
         return float(chosen[head].sum().exp()), greedy, float(chosen.mean())
 
 
-def row(states: str, policy: str, scores: list[tuple[float, bool, float]]) -> dict:
+def row(states: str, policy: str, scores: list[tuple[float, bool, float]], written: str = "") -> dict:
     starts, greedy, per_token = zip(*scores, strict=True)
     return {
         "states": states, "policy": policy, "n": len(scores),
@@ -102,6 +116,7 @@ def row(states: str, policy: str, scores: list[tuple[float, bool, float]]) -> di
         f"largest P(turn starts {HEADER})": f"{max(starts):.2e}",
         f"greedy starts {HEADER}": f"{sum(greedy)}/{len(greedy)}",
         "revision turn, mean log-prob per token": f"{statistics.fmean(per_token):.2f}",
+        f"its own evaluation turns starting {HEADER}": written,
     }  # fmt: skip
 
 
@@ -121,7 +136,8 @@ def uptake_rows(study: Path, extra: list[Path] = ()) -> list[dict]:
     for name, run, i in policies:
         adapters = RunLayout(run).adapters(i) if run else []
         policy = Scorer(config.model, adapters, config.agent.sampling.max_prompt_tokens)
-        rows.append(row("recovery states", name, [policy.score(s, thought) for s in states]))
+        started, turns = own_turns(run or agent_r, i)
+        rows.append(row("recovery states", name, [policy.score(s, thought) for s in states], f"{started}/{turns}"))
         # the revision points pi_i trained on, and those pi_{i+1} of its run will train on
         for j, when in ((i, "trained on"), (i + 1, "about to train on")):
             trained = points[run if run else agent_r].get(j)

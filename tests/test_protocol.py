@@ -544,7 +544,9 @@ def test_revision_uptake_scores_the_header_the_model_gives_and_reads_the_states_
     assert uptake.revision_points(tmp_path, 1) == [(prompt, turn)]
     folder = layout.episodes(0, "recovery")
     folder.mkdir(parents=True)
-    steps = [{"prompt": [{"role": "user", "content": f"state {t}"}]} for t in range(3)]
+    actions = ("THOUGHT: first.\nCOMMAND: go", "COMMAND: go", "THOUGHT: I was wrong.")  # the first two the clone's
+    steps = [{"prompt": [{"role": "user", "content": f"state {t}"}], "action": a} for t, a in enumerate(actions)]
     for task, cut in ((0, 2), (1, 3)):  # task 1's prefix used every step: no state left to act in
         (folder / f"task_{task}.json").write_text(json.dumps({"trajectory": {"steps": steps}, "stats": {"prefix_steps": cut}}))
     assert uptake.recovery_states(layout) == [steps[2]["prompt"]]
+    assert uptake.own_turns(tmp_path, 0) == (1, 1)  # the policy's own turn only, not the prefix's
