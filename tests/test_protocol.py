@@ -390,6 +390,15 @@ def test_an_agent_r_studys_committed_iteration_tables_are_what_agent_r_iteration
         assert rows.count(f"| Agent-R pi_{i} against good-only pi_{i}, ") == 2
 
 
+def test_the_fitted_revision_probes_committed_table_is_what_fit_py_writes_from_its_runs(tmp_path):
+    from agentq.compare import write_rows
+
+    fit = experiment_script("webshop_clone80_agent_r/fit.py")
+    write_rows(tmp_path, "fit", fit.rows())
+    for name in ("fit.md", "fit.csv"):
+        assert (tmp_path / name).read_text() == (fit.HERE / name).read_text(), name
+
+
 def experiment_script(relative: str):
     """A study's script under experiments/ (not a package), imported as a module."""
     import importlib.util
