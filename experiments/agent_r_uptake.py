@@ -42,7 +42,7 @@ from agentq.records.examples import Segment
 from agentq.search.revision import revision_turn
 from agentq.training.data import Encoder
 
-HEADER = "THOUGHT"
+HEADER = revision_turn("").partition(":")[0]  # "THOUGHT": the field the revision turn is written in
 
 
 def revision_points(run: Path, iteration: int) -> list[tuple[list, str]]:
