@@ -559,3 +559,17 @@ def test_revision_uptake_scores_the_header_the_model_gives_and_reads_the_states_
         (folder / f"task_{task}.json").write_text(json.dumps({"trajectory": {"steps": steps}, "stats": {"prefix_steps": cut}}))
     assert uptake.recovery_states(layout) == [steps[2]["prompt"]]
     assert uptake.own_turns(tmp_path, 0) == (1, 1)  # the policy's own turn only, not the prefix's
+
+
+def test_saved_configs_name_paths_in_the_checkout_relative_to_it():
+    """A study resumes or is read again from any clone: a saved config that named a run, adapter or
+    log folder by an absolute path into one machine's checkout would break that. (Paths outside
+    the checkout, such as /usr/bin/chromium, are the machine's and may be absolute.)"""
+    import re
+
+    into_a_checkout = re.compile(r":\s*/\S*/experiments/")
+    saved = [p for p in (CONF.parent / "experiments").rglob("*.yaml") if "wandb" not in p.parts]
+    assert len(saved) > 50  # the committed studies' configs were found
+    offending = [f"{p.relative_to(CONF.parent)}: {line.strip()}" for p in saved
+                 for line in p.read_text().splitlines() if into_a_checkout.search(line)]  # fmt: skip
+    assert not offending, offending
