@@ -375,7 +375,7 @@ def test_the_table_studys_committed_test_md_is_what_table_py_writes_from_its_run
     assert ast.unparse(last) == "if __name__ == '__main__':\n    main()"
 
 
-@pytest.mark.parametrize("study", ["sciworld_agent_r", "webshop_clone80_agent_r", "textcraft_agent_r"])
+@pytest.mark.parametrize("study", ["sciworld_agent_r", "webshop_clone80_agent_r", "textcraft_agent_r", "webshop_engine_bf16"])
 def test_an_agent_r_studys_committed_iteration_tables_are_what_agent_r_iterations_writes_from_its_runs(study, tmp_path):
     folder = CONF.parent / "experiments" / study
     iterations = experiment_script("agent_r_iterations.py")
@@ -390,13 +390,12 @@ def test_an_agent_r_studys_committed_iteration_tables_are_what_agent_r_iteration
         assert rows.count(f"| Agent-R pi_{i} against good-only pi_{i}, ") == 2
 
 
-def test_the_fitted_revision_probes_committed_table_is_what_fit_py_writes_from_its_runs(tmp_path):
-    from agentq.compare import write_rows
-
-    fit = experiment_script("webshop_clone80_agent_r/fit.py")
-    write_rows(tmp_path, "fit", fit.rows())
-    for name in ("fit.md", "fit.csv"):
-        assert (tmp_path / name).read_text() == (fit.HERE / name).read_text(), name
+@pytest.mark.parametrize("script, stem", [("webshop_clone80_agent_r/fit.py", "fit"), ("webshop_engine_bf16/table.py", "table")])
+def test_a_studys_committed_table_is_what_its_script_writes_from_its_runs(script, stem, tmp_path):
+    module = experiment_script(script)
+    module.main(tmp_path)  # read from the committed run folders, written here
+    for name in (f"{stem}.md", f"{stem}.csv"):
+        assert (tmp_path / name).read_text() == (module.HERE / name).read_text(), name
 
 
 def experiment_script(relative: str):

@@ -40,5 +40,9 @@ def rows() -> list[dict]:
     return table
 
 
+def main(out: Path = HERE) -> str:
+    return write_rows(out, "fit", rows())
+
+
 if __name__ == "__main__":
-    print(write_rows(HERE, "fit", rows()))
+    print(main())
