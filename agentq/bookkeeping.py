@@ -10,6 +10,7 @@ import ctypes.util
 import gc
 import logging
 import os
+import platform
 import random
 import resource
 import subprocess
@@ -32,6 +33,7 @@ from agentq import oracle
 from agentq.checks import require_int
 from agentq.data.buffer import ReplayBuffer
 from agentq.layout import RunLayout, read_json, write_json
+from agentq.models.loading import cpu_has
 from agentq.modes import MODES, seconds_per_success
 
 log = logging.getLogger(__name__)
@@ -238,9 +240,34 @@ def record_run_info(layout: RunLayout, seed: int) -> None:
             "packages": versions,
             "seed": seed,
             "threads": torch.get_num_threads(),
+            "machine": machine(),
         }
     )
     write_json(layout.run_info, {"starts": starts})
+
+
+def machine() -> dict[str, Any]:
+    """The machine kind a run's figures come from: kernels, and so floats and timings, differ
+    between kinds (an AMD EPYC with avx512_bf16, an Intel Xeon with AMX), and a figure names its
+    machine. ``cpu_capability`` is the kernel set torch dispatches to."""
+    return {
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "avx512_bf16": cpu_has("avx512_bf16"),
+        "amx": cpu_has("amx_tile"),
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+    }
+
+
+def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
+    """The CPU's model name (Linux's cpuinfo; elsewhere what ``platform`` knows, if anything)."""
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text(errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and value.strip():
+                return value.strip()
+    return platform.processor() or None
 
 
 def seed_everything(seed: int, env: gym.Env | None = None) -> None:

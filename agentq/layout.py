@@ -3,7 +3,7 @@
 ::
 
     config.yaml                       the resolved config (``resume=<run dir>`` reads it)
-    run_info.json                     code revision and package versions, one entry per (re)start
+    run_info.json                     code revision, package versions and machine, one entry per (re)start
     oracle.json                       the scripted oracle on the evaluation goals (agentq.oracle)
     summary.json                      rebuilt from the files below after every phase
     refused.txt                       a multirun job whose config combination cannot run

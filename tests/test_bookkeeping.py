@@ -1,14 +1,18 @@
-"""What a run records about itself: the memory figures' unit, what a phase leaves behind, and
-which saved config a resumed run runs."""
+"""What a run records about itself: the memory figures' unit, what a phase leaves behind, the
+machine each start ran on, and which saved config a resumed run runs."""
 
 import gc
+import json
+import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from agentq.bookkeeping import locate, peak_rss_gb, release_memory, rss_gb
+from agentq.bookkeeping import cpu_model, locate, peak_rss_gb, record_run_info, release_memory, rss_gb
+from agentq.layout import RunLayout
+from agentq.models.loading import native_bf16
 
 
 def status_gb(field: str) -> float:
@@ -52,6 +56,28 @@ def test_release_memory_frees_what_a_phase_left_in_reference_cycles():
     finally:
         if enabled:
             gc.enable()
+
+
+def test_each_start_of_a_run_names_the_machine_it_ran_on(tmp_path):
+    import torch
+
+    layout = RunLayout(tmp_path)
+    record_run_info(layout, seed=3)
+    record_run_info(layout, seed=3)  # a resume adds a start: it may be on another machine
+    starts = json.loads(layout.run_info.read_text())["starts"]
+    assert len(starts) == 2
+    machine = starts[-1]["machine"]
+    assert machine["cores"] == os.cpu_count()
+    assert machine["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert native_bf16("cpu") == (machine["avx512_bf16"] or machine["amx"])
+    if Path("/proc/cpuinfo").exists():
+        assert machine["cpu"] and machine["cpu"] in Path("/proc/cpuinfo").read_text()
+
+
+def test_the_cpu_model_is_cpuinfos_model_name(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 9R14\nflags\t: avx512_bf16\n")
+    assert cpu_model(cpuinfo) == "AMD EPYC 9R14"
 
 
 def test_extend_to_needs_a_saved_run_and_at_least_its_iterations(tmp_path):

@@ -375,7 +375,9 @@ def test_the_table_studys_committed_test_md_is_what_table_py_writes_from_its_run
     assert ast.unparse(last) == "if __name__ == '__main__':\n    main()"
 
 
-@pytest.mark.parametrize("study", ["sciworld_agent_r", "webshop_clone80_agent_r", "textcraft_agent_r", "webshop_engine_bf16"])
+@pytest.mark.parametrize(
+    "study", ["sciworld_agent_r", "webshop_clone80_agent_r", "textcraft_agent_r", "webshop_engine_bf16", "webshop_engine_bf16_epyc"]
+)
 def test_an_agent_r_studys_committed_iteration_tables_are_what_agent_r_iterations_writes_from_its_runs(study, tmp_path):
     folder = CONF.parent / "experiments" / study
     iterations = experiment_script("agent_r_iterations.py")
@@ -390,11 +392,13 @@ def test_an_agent_r_studys_committed_iteration_tables_are_what_agent_r_iteration
         assert rows.count(f"| Agent-R pi_{i} against good-only pi_{i}, ") == 2
 
 
-@pytest.mark.parametrize("script, stem", [("webshop_clone80_agent_r/fit.py", "fit"), ("webshop_engine_bf16/table.py", "table")])
-def test_a_studys_committed_table_is_what_its_script_writes_from_its_runs(script, stem, tmp_path):
+@pytest.mark.parametrize(
+    "script", ["webshop_clone80_agent_r/fit.py", "webshop_engine_bf16/table.py", "webshop_engine_bf16_epyc/phases.py"]
+)
+def test_a_studys_committed_table_is_what_its_script_writes_from_its_runs(script, tmp_path):
     module = experiment_script(script)
     module.main(tmp_path)  # read from the committed run folders, written here
-    for name in (f"{stem}.md", f"{stem}.csv"):
+    for name in (f"{module.STEM}.md", f"{module.STEM}.csv"):
         assert (tmp_path / name).read_text() == (module.HERE / name).read_text(), name
 
 

@@ -57,13 +57,17 @@ def on_cpu(accelerator: object) -> bool:
     return str(accelerator) == "cpu" or str(accelerator) == "auto" and not torch.cuda.is_available()
 
 
+def cpu_has(feature: str) -> bool:
+    """Whether this CPU has ``feature`` (``avx512_bf16``, ``amx_tile``, ...), by torch's own
+    checks (cpuinfo, also used by inductor); private, so looked up with a default."""
+    return bool(getattr(torch.cpu, f"_is_{feature}_supported", lambda: False)())
+
+
 def native_bf16(accelerator: object) -> bool:
     """Whether ``accelerator`` (a Lightning accelerator name) computes bf16 natively:
     a CUDA GPU that supports it, or a CPU with AVX512-BF16 or AMX tiles."""
     if on_cpu(accelerator):
-        # torch's own CPU feature checks (cpuinfo), also used by inductor; private, so looked up with a default.
-        checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
-        return any(getattr(torch.cpu, name, lambda: False)() for name in checks)
+        return cpu_has("avx512_bf16") or cpu_has("amx_tile")
     if str(accelerator) in ("gpu", "cuda", "auto"):
         return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
     return False

@@ -16,6 +16,7 @@ from agentq.compare import by_goal, evaluated_row, oracle_study_row, write_rows
 from agentq.modes import RECOVERY, ZERO_SHOT
 
 HERE = Path(__file__).resolve().parent
+STEM = "fit"
 RUNS = HERE / "runs"
 CLONE = RUNS / "agent_r_iter3"  # its iteration 0: the clone, greedy and on its own failed prefixes
 POLICIES = {
@@ -41,7 +42,7 @@ def rows() -> list[dict]:
 
 
 def main(out: Path = HERE) -> str:
-    return write_rows(out, "fit", rows())
+    return write_rows(out, STEM, rows())
 
 
 if __name__ == "__main__":

@@ -17,18 +17,18 @@ from agentq.layout import RunLayout
 from agentq.modes import RECOVERY, ZERO_SHOT
 
 HERE = Path(__file__).resolve().parent
+STEM = "table"
 RUNS = HERE / "runs"
 MORNING = HERE.parent / "webshop_clone80_agent_r" / "runs" / "agent_r_iter3"  # its iteration 0: the same reads in fp32
 READS = {ZERO_SHOT: "greedy", RECOVERY: "recovery from the fp32 clone's failed prefixes"}
-# (label, run, the run it is paired with)
+# (label, run, the run it is paired with, its engine if it is one of the runs timed one after another)
 ROWS = [
-    ("fp32, this morning (webshop_clone80_agent_r)", MORNING, None),
-    ("fp32", RUNS / "fp32", MORNING),
-    ("bf16 engine", RUNS / "bf16", RUNS / "fp32"),
-    ("bf16 engine, again", RUNS / "bf16_again", RUNS / "bf16"),
-    ("fp32, again", RUNS / "fp32_again", RUNS / "fp32"),
+    ("fp32, this morning (webshop_clone80_agent_r)", MORNING, None, None),
+    ("fp32", RUNS / "fp32", MORNING, "fp32"),
+    ("bf16 engine", RUNS / "bf16", RUNS / "fp32", "bf16"),
+    ("bf16 engine, again", RUNS / "bf16_again", RUNS / "bf16", "bf16"),
+    ("fp32, again", RUNS / "fp32_again", RUNS / "fp32", "fp32"),
 ]
-FP32, BF16 = ("fp32", "fp32_again"), ("bf16", "bf16_again")  # the runs of today, one after another
 
 
 def phase_seconds(run: Path, mode: str) -> float:
@@ -38,7 +38,7 @@ def phase_seconds(run: Path, mode: str) -> float:
 def rows() -> list[dict]:
     table = []
     for mode, read in READS.items():
-        for label, run, against in ROWS:
+        for label, run, against, _ in ROWS:
             base = by_goal(against, 0, mode) if against else None
             table.append(evaluated_row(f"{label}, {read}", run, 0, mode, base) | {
                 "paired with": against.name if against else "-",
@@ -52,14 +52,14 @@ def speedups() -> str:
     """fp32's mean phase time over bf16's, both timed twice today, one run after another."""
     lines = []
     for mode, read in READS.items():
-        fp32, bf16 = ([phase_seconds(RUNS / name, mode) for name in names] for names in (FP32, BF16))
+        fp32, bf16 = ([phase_seconds(run, mode) for _, run, _, timed in ROWS if timed == engine] for engine in ("fp32", "bf16"))
         lines.append(f"- {read}: fp32 {' and '.join(f'{s:.1f}' for s in fp32)} s, bf16 "
                      f"{' and '.join(f'{s:.1f}' for s in bf16)} s: {sum(fp32) / sum(bf16):.2f}x faster in bf16")  # fmt: skip
     return "\nPhase wall time, fp32 against the bf16 engine:\n\n" + "\n".join(lines) + "\n"
 
 
 def main(out: Path = HERE) -> str:
-    return write_rows(out, "table", rows(), speedups())
+    return write_rows(out, STEM, rows(), speedups())
 
 
 if __name__ == "__main__":
