@@ -10,7 +10,14 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from agentq.bookkeeping import cpu_model, locate, peak_rss_gb, record_run_info, release_memory, rss_gb
+from agentq.bookkeeping import (
+    cpu_model,
+    locate,
+    peak_rss_gb,
+    record_run_info,
+    release_memory,
+    rss_gb,
+)
 from agentq.layout import RunLayout
 from agentq.models.loading import native_bf16
 
